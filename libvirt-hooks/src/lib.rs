@@ -1,0 +1,1 @@
+//! The libvirt qemu hook for mdev-manager.

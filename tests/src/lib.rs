@@ -1,0 +1,1 @@
+//! End-to-end tests across processes (see tests/ in this crate) and the VM tier (tests/vm).
