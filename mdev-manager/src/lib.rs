@@ -2,4 +2,12 @@
 //! and SR-IOV virtual functions), persists what it created, and reconciles after crashes.
 #![deny(missing_docs)]
 
+pub mod discovery;
+pub mod engine;
+pub mod error;
+pub mod holders;
 pub mod host;
+pub mod hotplug;
+pub mod state;
+
+pub use error::ErrorKind;

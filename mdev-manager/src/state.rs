@@ -1,0 +1,328 @@
+//! Persistence: the desired state (`/var/lib/mdev-manager/state.json` under the root),
+//! schema-versioned and written atomically (temp file, fsync, rename, fsync dir).
+//!
+//! Regular files (the state, pending releases, mdevctl definitions, profiles) go through the
+//! small [`StateFiles`] trait rather than [`crate::host::HostFs`]: they are not kernel files,
+//! and a test can put a lossy implementation behind it to simulate power loss.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::discovery::names::PciAddress;
+
+/// The schema version this build writes and reads.
+pub const STATE_SCHEMA_VERSION: u32 = 1;
+
+/// File name of the state store inside the state directory.
+pub const STATE_FILE_NAME: &str = "state.json";
+
+/// Directory (inside the state directory) where the hook leaves releases it could not deliver.
+pub const PENDING_RELEASES_DIR: &str = "pending-releases";
+
+/// What kind of device an instance is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceKind {
+    /// A VFIO mediated device.
+    Mdev,
+    /// An SR-IOV VF bound to `vfio-pci`.
+    Vf,
+    /// An NVIDIA SR-IOV vGPU: a VF with a type written to `nvidia/current_vgpu_type`.
+    NvidiaVf,
+}
+
+impl fmt::Display for InstanceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Mdev => "mdev",
+            Self::Vf => "vf",
+            Self::NvidiaVf => "nvidia-vf",
+        })
+    }
+}
+
+/// Why the manager may remove an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Owner {
+    /// The manager created it.
+    CreatedByUs,
+    /// It existed before (or came from mdevctl) and a caller adopted it explicitly.
+    Adopted,
+}
+
+/// The domain holding an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// libvirt domain name.
+    pub domain_name: String,
+    /// libvirt domain UUID (lower case).
+    pub domain_uuid: String,
+    /// Whether the instance was created for this claim and is destroyed on release.
+    pub transient: bool,
+}
+
+/// Per-instance scheduling fields (interpreted by `vgpu-sched`; stored here untouched).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scheduling {
+    /// Proportional weight (1..=10000), if set.
+    pub weight: Option<u32>,
+    /// Guaranteed share, if set.
+    pub min_share: Option<u32>,
+    /// Cap, if set.
+    pub max_share: Option<u32>,
+}
+
+/// One instance the manager knows about (created or adopted, live or only defined).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    /// The instance's UUID (lower case). For a VF instance it is the handle the manager gave it.
+    pub uuid: String,
+    /// Device kind.
+    pub kind: InstanceKind,
+    /// Parent: mdev parent name for mdevs, the PF address for VF kinds.
+    pub parent: String,
+    /// mdev type id, or the NVIDIA vGPU type id (decimal) for `nvidia-vf`, or `vfio-pci` for VFs.
+    pub type_id: String,
+    /// The profile it was made from, if any.
+    pub profile: Option<String>,
+    /// Ownership.
+    pub owner: Owner,
+    /// Recreated on start / after reboot.
+    pub autostart: bool,
+    /// Kept as a definition when stopped (otherwise forgotten when it goes away).
+    pub persistent: bool,
+    /// The domain holding it, if claimed.
+    pub claim: Option<Claim>,
+    /// Scheduling fields.
+    #[serde(flatten)]
+    pub scheduling: Scheduling,
+    /// Vendor attributes written in order after creation (`name`, `value`).
+    #[serde(default)]
+    pub attributes: Vec<(String, String)>,
+    /// The VF address for VF kinds.
+    #[serde(default)]
+    pub vf: Option<PciAddress>,
+    /// The driver a VF was bound to before we took it (given back on release).
+    #[serde(default)]
+    pub previous_driver: Option<String>,
+}
+
+/// Per-parent desired state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ParentRecord {
+    /// Scheduling policy (opaque to the engine; `vgpu-sched` gives it meaning).
+    #[serde(default)]
+    pub schedule: Option<serde_json::Value>,
+    /// For an SR-IOV PF: the VF count the manager set (restored after a reboot).
+    #[serde(default)]
+    pub num_vfs: Option<u32>,
+}
+
+/// The whole state file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateFile {
+    /// Schema version ([`STATE_SCHEMA_VERSION`]).
+    pub schema_version: u32,
+    /// Instances by UUID.
+    #[serde(default)]
+    pub instances: BTreeMap<String, InstanceRecord>,
+    /// Parents by name (mdev parent name or PF address).
+    #[serde(default)]
+    pub parents: BTreeMap<String, ParentRecord>,
+}
+
+impl Default for StateFile {
+    fn default() -> Self {
+        Self {
+            schema_version: STATE_SCHEMA_VERSION,
+            instances: BTreeMap::new(),
+            parents: BTreeMap::new(),
+        }
+    }
+}
+
+/// Failures of the state store.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Reading or writing a state file failed.
+    #[error("cannot {op} {path}")]
+    Io {
+        /// `read`, `write`, `list` or `remove`.
+        op: &'static str,
+        /// The host path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The state file is not valid JSON of the expected shape.
+    #[error("state file {path} is corrupt")]
+    Corrupt {
+        /// The host path.
+        path: PathBuf,
+        /// The parser's complaint.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The state file was written by a newer (or unknown) schema.
+    #[error(
+        "state file {path} has schema version {found}, this build reads {STATE_SCHEMA_VERSION}"
+    )]
+    Schema {
+        /// The host path.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+    },
+}
+
+impl StateError {
+    /// The error class.
+    pub fn kind(&self) -> crate::ErrorKind {
+        crate::ErrorKind::Failed
+    }
+}
+
+/// Regular-file operations under the host root (state, pending releases, mdevctl definitions,
+/// profiles). Paths are host-absolute, like [`crate::host::HostFs`].
+pub trait StateFiles: Send + Sync + fmt::Debug {
+    /// Reads a file; `Ok(None)` when it does not exist.
+    fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
+    /// Replaces a file atomically and durably (temp file, fsync, rename, fsync directory),
+    /// creating its directory if needed.
+    fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()>;
+    /// Lists a directory; empty when it does not exist.
+    fn list(&self, dir: &Path) -> io::Result<Vec<OsString>>;
+    /// Removes a file; succeeds when it is already gone.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+}
+
+/// [`StateFiles`] on the real file system, re-rooted under `root` like [`crate::host::RealFs`].
+#[derive(Debug, Clone)]
+pub struct DiskFiles {
+    root: PathBuf,
+}
+
+impl DiskFiles {
+    /// Files under `root` (`/` on a real host).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    fn resolve(&self, path: &Path) -> io::Result<PathBuf> {
+        let mut out = self.root.clone();
+        for component in path.components() {
+            match component {
+                Component::RootDir | Component::CurDir => {}
+                Component::Normal(part) => out.push(part),
+                Component::ParentDir | Component::Prefix(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("path {} leaves the host root", path.display()),
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl StateFiles for DiskFiles {
+    fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        match std::fs::read(self.resolve(path)?) {
+            Ok(data) => Ok(Some(data)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        let target = self.resolve(path)?;
+        let dir = target.parent().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "state path has no directory")
+        })?;
+        std::fs::create_dir_all(dir)?;
+        let mut temp_name = target.file_name().unwrap_or_default().to_owned();
+        temp_name.push(format!(".tmp.{}", std::process::id()));
+        let temp = dir.join(temp_name);
+        let result = (|| {
+            let mut file = std::fs::File::create(&temp)?;
+            file.write_all(data)?;
+            file.sync_all()?;
+            std::fs::rename(&temp, &target)?;
+            // The rename is durable only once the directory entry is.
+            std::fs::File::open(dir)?.sync_all()
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        result
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<OsString>> {
+        match std::fs::read_dir(self.resolve(dir)?) {
+            Ok(entries) => entries.map(|entry| entry.map(|e| e.file_name())).collect(),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        match std::fs::remove_file(self.resolve(path)?) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Loads the state file from `state_dir`; a missing file is an empty state.
+pub fn load(files: &dyn StateFiles, state_dir: &Path) -> Result<StateFile, StateError> {
+    let path = state_dir.join(STATE_FILE_NAME);
+    let Some(data) = files.read(&path).map_err(|source| StateError::Io {
+        op: "read",
+        path: path.clone(),
+        source,
+    })?
+    else {
+        return Ok(StateFile::default());
+    };
+    #[derive(Deserialize)]
+    struct Version {
+        schema_version: u32,
+    }
+    let version: Version = serde_json::from_slice(&data).map_err(|source| StateError::Corrupt {
+        path: path.clone(),
+        source,
+    })?;
+    if version.schema_version != STATE_SCHEMA_VERSION {
+        return Err(StateError::Schema {
+            path,
+            found: version.schema_version,
+        });
+    }
+    serde_json::from_slice(&data).map_err(|source| StateError::Corrupt { path, source })
+}
+
+/// Writes the state file into `state_dir` atomically.
+pub fn save(files: &dyn StateFiles, state_dir: &Path, state: &StateFile) -> Result<(), StateError> {
+    let path = state_dir.join(STATE_FILE_NAME);
+    let mut data = serde_json::to_vec_pretty(state).map_err(|source| StateError::Corrupt {
+        path: path.clone(),
+        source,
+    })?;
+    data.push(b'\n');
+    files
+        .write_atomic(&path, &data)
+        .map_err(|source| StateError::Io {
+            op: "write",
+            path,
+            source,
+        })
+}
