@@ -1,2 +1,40 @@
 //! The mdev-manager D-Bus API: names, wire types, typed errors and client proxies.
+//!
+//! The service (`mdev-manager`) implements this API; clients (`vgpuctl`, the libvirt hook,
+//! management UIs) use only this crate and never link host code. The published introspection
+//! XML is `dbus-api/interface/org.mdevmanager.VGpu1.xml`; docs/dbus-api.md describes it.
 #![deny(missing_docs)]
+
+pub mod error;
+pub mod hostdev;
+pub mod names;
+pub mod path;
+pub mod proxy;
+pub mod wire;
+
+pub use error::{BusError, ClientError, ErrorKind};
+
+/// The introspection XML of every interface, as published in the repository.
+pub const INTROSPECTION_XML: &str = include_str!("../interface/org.mdevmanager.VGpu1.xml");
+
+/// Connects to the bus the service is on: the system bus (honouring
+/// `DBUS_SYSTEM_BUS_ADDRESS`), the session bus, or an explicit address.
+pub async fn connect(target: &BusTarget) -> Result<zbus::Connection, ClientError> {
+    let builder = match target {
+        BusTarget::System => zbus::connection::Builder::system(),
+        BusTarget::Session => zbus::connection::Builder::session(),
+        BusTarget::Address(address) => zbus::connection::Builder::address(address.as_str()),
+    };
+    builder.build().await.map_err(ClientError::Bus)
+}
+
+/// Which bus to talk to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusTarget {
+    /// The system bus (`DBUS_SYSTEM_BUS_ADDRESS` or the default socket).
+    System,
+    /// The session bus.
+    Session,
+    /// An explicit D-Bus address (`unix:path=/run/...`).
+    Address(String),
+}

@@ -1,0 +1,99 @@
+//! Fixed names of the API: bus name, object paths, interfaces, polkit actions.
+//!
+//! These are the contract with every client, policy file and polkit rule; changing one is an
+//! API break (bump the `VGpu1` suffix instead).
+
+/// The well-known bus name the service owns.
+pub const BUS_NAME: &str = "org.mdevmanager.VGpu1";
+/// The root object path; it carries `org.freedesktop.DBus.ObjectManager`.
+pub const ROOT_PATH: &str = "/org/mdevmanager/VGpu1";
+/// The manager singleton.
+pub const MANAGER_PATH: &str = "/org/mdevmanager/VGpu1/Manager";
+/// Prefix of every error name the service sends.
+pub const ERROR_PREFIX: &str = "org.mdevmanager.VGpu1.Error";
+
+/// Interface names.
+pub mod interface {
+    /// The manager singleton: version, permissions, creation, domain claims, jobs.
+    pub const MANAGER: &str = "org.mdevmanager.VGpu1.Manager";
+    /// A parent device (a GPU physical function).
+    pub const PARENT: &str = "org.mdevmanager.VGpu1.Parent";
+    /// SR-IOV control, on parents that support it.
+    pub const SRIOV: &str = "org.mdevmanager.VGpu1.Sriov";
+    /// An mdev type offered by a parent (a `mdev_supported_types/<type>` directory).
+    pub const MDEV_TYPE: &str = "org.mdevmanager.VGpu1.MdevType";
+    /// A vGPU instance: a mediated device or a virtual function the service manages.
+    pub const INSTANCE: &str = "org.mdevmanager.VGpu1.Instance";
+    /// A named profile from the catalog.
+    pub const PROFILE: &str = "org.mdevmanager.VGpu1.Profile";
+    /// A long-running operation.
+    pub const JOB: &str = "org.mdevmanager.VGpu1.Job";
+}
+
+/// polkit action ids; reads need none.
+pub mod action {
+    /// Create, destroy, start and stop instances.
+    pub const MANAGE_INSTANCES: &str = "org.mdevmanager.vgpu1.manage-instances";
+    /// Make instances persistent or change their autostart flag.
+    pub const MANAGE_PERSISTENT: &str = "org.mdevmanager.vgpu1.manage-persistent";
+    /// Change the number of SR-IOV virtual functions or their binding.
+    pub const CONFIGURE_SRIOV: &str = "org.mdevmanager.vgpu1.configure-sriov";
+    /// Claim and release instances for a VM (the libvirt hook).
+    pub const ASSIGN: &str = "org.mdevmanager.vgpu1.assign";
+    /// Change scheduling weights.
+    pub const SET_WEIGHTS: &str = "org.mdevmanager.vgpu1.set-weights";
+    /// Rescan the host and reload profiles.
+    pub const RELOAD: &str = "org.mdevmanager.vgpu1.reload";
+
+    /// Every action, in the order `GetPermissions` reports them.
+    pub const ALL: [&str; 6] = [
+        MANAGE_INSTANCES,
+        MANAGE_PERSISTENT,
+        CONFIGURE_SRIOV,
+        ASSIGN,
+        SET_WEIGHTS,
+        RELOAD,
+    ];
+}
+
+/// Well-known keys of the trailing `options a{sv}` argument.
+pub mod option {
+    /// `b`: never ask the caller to authenticate interactively (udisks' name and meaning).
+    pub const NO_USER_INTERACTION: &str = "auth.no_user_interaction";
+    /// `s`: PCI address of the parent to place an instance on.
+    pub const PARENT: &str = "parent";
+    /// `s`: UUID for a new instance (only with `count` 1).
+    pub const UUID: &str = "uuid";
+    /// `u`: how many instances to create (default 1).
+    pub const COUNT: &str = "count";
+    /// `b`: keep the instance across reboots and start it at boot.
+    pub const AUTOSTART: &str = "autostart";
+    /// `u`: scheduling weight for the new instances.
+    pub const WEIGHT: &str = "weight";
+    /// `b`: act even though the instance is held by a VM.
+    pub const FORCE: &str = "force";
+}
+
+/// Keys of the per-device dicts of `PrepareDomain` and `VerifyDomain`.
+pub mod device_key {
+    /// `s`: `mdev`, `vf` or `passthrough`.
+    pub const KIND: &str = "kind";
+    /// `s`: the mdev UUID the domain XML names.
+    pub const UUID: &str = "uuid";
+    /// `s`: the profile to create the device from when it does not exist.
+    pub const PROFILE: &str = "profile";
+    /// `s`: parent PCI address.
+    pub const PARENT: &str = "parent";
+    /// `u`: scheduling weight.
+    pub const WEIGHT: &str = "weight";
+    /// `s`: PCI address (VF or passthrough device).
+    pub const PCI_ADDRESS: &str = "pci_address";
+}
+
+/// The `Kind` property of an instance.
+pub mod instance_kind {
+    /// A VFIO mediated device (`/sys/bus/mdev/devices/<uuid>`).
+    pub const MDEV: &str = "mdev";
+    /// An SR-IOV virtual function.
+    pub const VF: &str = "vf";
+}

@@ -1,0 +1,337 @@
+//! Plain records of the service's objects, read from their D-Bus properties.
+//!
+//! These are what `vgpuctl --json` prints, so their field names are a stable, documented format
+//! (docs/vgpuctl.md): fields are only ever added.
+
+use crate::names::interface;
+use crate::proxy::PropertyMap;
+use serde::Serialize;
+use std::collections::HashMap;
+use zbus::{OwnedObjectPath, OwnedVariant};
+
+/// A property was missing or had the wrong type.
+#[derive(Debug, thiserror::Error)]
+#[error("object {path}: property {interface}.{property} is missing or has the wrong type")]
+pub struct PropertyError {
+    /// The object.
+    pub path: String,
+    /// The interface.
+    pub interface: &'static str,
+    /// The property.
+    pub property: &'static str,
+}
+
+struct Props<'a> {
+    path: &'a str,
+    interface: &'static str,
+    map: &'a PropertyMap,
+}
+
+impl<'a> Props<'a> {
+    fn get<T>(&self, property: &'static str) -> Result<T, PropertyError>
+    where
+        T: TryFrom<OwnedVariant>,
+    {
+        self.map
+            .get(property)
+            .and_then(|value| value.try_clone().ok())
+            .and_then(|value| T::try_from(value).ok())
+            .ok_or_else(|| PropertyError {
+                path: self.path.to_string(),
+                interface: self.interface,
+                property,
+            })
+    }
+
+    fn paths(&self, property: &'static str) -> Result<Vec<String>, PropertyError> {
+        let paths: Vec<OwnedObjectPath> = self.get(property)?;
+        Ok(paths.into_iter().map(|p| p.as_str().to_string()).collect())
+    }
+}
+
+/// A parent device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParentRecord {
+    /// Object path.
+    pub object: String,
+    /// PCI address.
+    pub pci_address: String,
+    /// PCI vendor id.
+    pub vendor_id: u16,
+    /// PCI device id.
+    pub device_id: u16,
+    /// Model name.
+    pub name: String,
+    /// Bound driver.
+    pub driver: String,
+    /// `mdev`, `sriov`.
+    pub modes: Vec<String>,
+    /// mdev type objects.
+    pub types: Vec<String>,
+    /// Instance objects.
+    pub instances: Vec<String>,
+    /// SR-IOV state, when the parent has SR-IOV.
+    pub sriov: Option<SriovRecord>,
+}
+
+/// SR-IOV state of a parent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SriovRecord {
+    /// `sriov_totalvfs`.
+    pub total_vfs: u32,
+    /// `sriov_numvfs`.
+    pub num_vfs: u32,
+    /// VF PCI addresses.
+    pub vfs: Vec<String>,
+}
+
+impl ParentRecord {
+    /// Reads a parent from an object's interfaces.
+    pub fn from_interfaces(
+        path: &str,
+        interfaces: &HashMap<String, PropertyMap>,
+    ) -> Result<Self, PropertyError> {
+        let empty = PropertyMap::new();
+        let p = Props {
+            path,
+            interface: interface::PARENT,
+            map: interfaces.get(interface::PARENT).unwrap_or(&empty),
+        };
+        let sriov = match interfaces.get(interface::SRIOV) {
+            Some(map) => {
+                let s = Props {
+                    path,
+                    interface: interface::SRIOV,
+                    map,
+                };
+                Some(SriovRecord {
+                    total_vfs: s.get("TotalVfs")?,
+                    num_vfs: s.get("NumVfs")?,
+                    vfs: s.get("Vfs")?,
+                })
+            }
+            None => None,
+        };
+        Ok(ParentRecord {
+            object: path.to_string(),
+            pci_address: p.get("PciAddress")?,
+            vendor_id: p.get("VendorId")?,
+            device_id: p.get("DeviceId")?,
+            name: p.get("Name")?,
+            driver: p.get("Driver")?,
+            modes: p.get("Modes")?,
+            types: p.paths("Types")?,
+            instances: p.paths("Instances")?,
+            sriov,
+        })
+    }
+}
+
+/// An mdev type of a parent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MdevTypeRecord {
+    /// Object path.
+    pub object: String,
+    /// Type id (`nvidia-558`).
+    pub id: String,
+    /// `name` attribute.
+    pub name: String,
+    /// `description` attribute.
+    pub description: String,
+    /// `device_api` attribute.
+    pub device_api: String,
+    /// Parent PCI address.
+    pub parent_address: String,
+    /// `available_instances`.
+    pub available_instances: u32,
+    /// Matching catalog profile, empty if none.
+    pub profile: String,
+}
+
+impl MdevTypeRecord {
+    /// Reads a type from its `MdevType` properties.
+    pub fn from_properties(path: &str, map: &PropertyMap) -> Result<Self, PropertyError> {
+        let p = Props {
+            path,
+            interface: interface::MDEV_TYPE,
+            map,
+        };
+        Ok(MdevTypeRecord {
+            object: path.to_string(),
+            id: p.get("Id")?,
+            name: p.get("Name")?,
+            description: p.get("Description")?,
+            device_api: p.get("DeviceApi")?,
+            parent_address: p.get("ParentAddress")?,
+            available_instances: p.get("AvailableInstances")?,
+            profile: p.get("Profile")?,
+        })
+    }
+}
+
+/// An instance (mdev or VF).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceRecord {
+    /// Object path.
+    pub object: String,
+    /// `mdev` or `vf`.
+    pub kind: String,
+    /// mdev UUID (empty for a VF).
+    pub uuid: String,
+    /// VF PCI address (empty for an mdev).
+    pub pci_address: String,
+    /// Parent PCI address.
+    pub parent_address: String,
+    /// mdev type id.
+    #[serde(rename = "type")]
+    pub mdev_type: String,
+    /// Profile name, empty if unknown.
+    pub profile: String,
+    /// Exists in the kernel now.
+    pub active: bool,
+    /// Definition kept across reboots.
+    pub persistent: bool,
+    /// Created at boot.
+    pub autostart: bool,
+    /// Created by the service.
+    pub managed: bool,
+    /// Holding domain's name, empty if free.
+    pub holder: String,
+    /// Holding domain's UUID, empty if free.
+    pub holder_uuid: String,
+    /// IOMMU group, -1 if unknown.
+    pub iommu_group: i32,
+}
+
+impl InstanceRecord {
+    /// Reads an instance from its `Instance` properties.
+    pub fn from_properties(path: &str, map: &PropertyMap) -> Result<Self, PropertyError> {
+        let p = Props {
+            path,
+            interface: interface::INSTANCE,
+            map,
+        };
+        Ok(InstanceRecord {
+            object: path.to_string(),
+            kind: p.get("Kind")?,
+            uuid: p.get("Uuid")?,
+            pci_address: p.get("PciAddress")?,
+            parent_address: p.get("ParentAddress")?,
+            mdev_type: p.get("Type")?,
+            profile: p.get("Profile")?,
+            active: p.get("Active")?,
+            persistent: p.get("Persistent")?,
+            autostart: p.get("Autostart")?,
+            managed: p.get("Managed")?,
+            holder: p.get("Holder")?,
+            holder_uuid: p.get("HolderUuid")?,
+            iommu_group: p.get("IommuGroup")?,
+        })
+    }
+
+    /// The instance's key: its UUID for an mdev, its PCI address for a VF.
+    pub fn key(&self) -> &str {
+        if self.uuid.is_empty() {
+            &self.pci_address
+        } else {
+            &self.uuid
+        }
+    }
+}
+
+/// A catalog profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProfileRecord {
+    /// Object path.
+    pub object: String,
+    /// Name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// Parents that can host it.
+    pub parents: Vec<String>,
+    /// How many more fit now.
+    pub available: u32,
+}
+
+impl ProfileRecord {
+    /// Reads a profile from its `Profile` properties.
+    pub fn from_properties(path: &str, map: &PropertyMap) -> Result<Self, PropertyError> {
+        let p = Props {
+            path,
+            interface: interface::PROFILE,
+            map,
+        };
+        Ok(ProfileRecord {
+            object: path.to_string(),
+            name: p.get("Name")?,
+            description: p.get("Description")?,
+            parents: p.get("Parents")?,
+            available: p.get("Available")?,
+        })
+    }
+}
+
+/// Everything the service exports, read with one `GetManagedObjects` call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Snapshot {
+    /// Parents, sorted by PCI address.
+    pub parents: Vec<ParentRecord>,
+    /// mdev types, sorted by parent then id.
+    pub types: Vec<MdevTypeRecord>,
+    /// Instances, sorted by parent then key.
+    pub instances: Vec<InstanceRecord>,
+    /// Profiles, sorted by name.
+    pub profiles: Vec<ProfileRecord>,
+}
+
+impl Snapshot {
+    /// Builds the snapshot from a `GetManagedObjects` reply.
+    pub fn from_managed_objects(objects: zbus::fdo::ManagedObjects) -> Result<Self, PropertyError> {
+        let mut snapshot = Snapshot::default();
+        for (path, interfaces) in objects {
+            let interfaces: HashMap<String, PropertyMap> = interfaces
+                .into_iter()
+                .map(|(name, props)| (name.as_str().to_string(), props))
+                .collect();
+            let path = path.as_str();
+            if interfaces.contains_key(interface::PARENT) {
+                snapshot
+                    .parents
+                    .push(ParentRecord::from_interfaces(path, &interfaces)?);
+            }
+            if let Some(map) = interfaces.get(interface::MDEV_TYPE) {
+                snapshot
+                    .types
+                    .push(MdevTypeRecord::from_properties(path, map)?);
+            }
+            if let Some(map) = interfaces.get(interface::INSTANCE) {
+                snapshot
+                    .instances
+                    .push(InstanceRecord::from_properties(path, map)?);
+            }
+            if let Some(map) = interfaces.get(interface::PROFILE) {
+                snapshot
+                    .profiles
+                    .push(ProfileRecord::from_properties(path, map)?);
+            }
+        }
+        snapshot
+            .parents
+            .sort_by(|a, b| a.pci_address.cmp(&b.pci_address));
+        snapshot
+            .types
+            .sort_by(|a, b| (&a.parent_address, &a.id).cmp(&(&b.parent_address, &b.id)));
+        snapshot
+            .instances
+            .sort_by(|a, b| (&a.parent_address, a.key()).cmp(&(&b.parent_address, b.key())));
+        snapshot.profiles.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(snapshot)
+    }
+
+    /// The instance whose UUID (or VF PCI address) is `key`.
+    pub fn instance(&self, key: &str) -> Option<&InstanceRecord> {
+        let key = key.to_ascii_lowercase();
+        self.instances.iter().find(|i| i.key() == key)
+    }
+}
