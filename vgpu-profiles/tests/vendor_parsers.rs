@@ -231,17 +231,20 @@ fn sample_driver_descriptions() {
     );
 }
 
+/// Name, prefix, board, GPU slices, framebuffer GB, series, attribute.
+type NameCase = (
+    &'static str,
+    Option<&'static str>,
+    &'static str,
+    Option<u8>,
+    u32,
+    Option<NvidiaSeries>,
+    Option<MigMediaAttr>,
+);
+
 #[test]
 fn nvidia_type_names_from_the_brief() {
-    let cases: [(
-        &str,
-        Option<&str>,
-        &str,
-        Option<u8>,
-        u32,
-        Option<NvidiaSeries>,
-        Option<MigMediaAttr>,
-    ); 6] = [
+    let cases: [NameCase; 6] = [
         (
             "GRID T4-2Q",
             Some("GRID"),
