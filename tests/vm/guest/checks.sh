@@ -1,0 +1,201 @@
+# The check groups (sourced by main.sh). Each group_<name> records one line per check.
+
+# Loads the sample parents with the topology the simulated host mirrors
+# (mdev-manager/topologies: mtty, mbochs count=64, mdpy count=4) and VFIO.
+group_modules() {
+  check modules.vfio_pci modprobe vfio-pci
+  check modules.mtty modprobe mtty
+  check modules.mbochs modprobe mbochs count=64
+  check modules.mdpy modprobe mdpy count=4
+  check modules.parents ls -d /sys/class/mdev_bus/mtty /sys/class/mdev_bus/mbochs /sys/class/mdev_bus/mdpy
+}
+
+# Lifecycle through the real sysfs ABI, with the errno the kernel answers.
+group_smoke() {
+  check smoke.types_initial smoke_types_initial
+  check smoke.create_remove smoke_create_remove
+  check smoke.malformed_uuid expect_write EINVAL "$(mdev_type_dir mtty mtty-1)/create" not-a-uuid
+  check smoke.duplicate_across_parents smoke_duplicate
+  check smoke.remove_values smoke_remove_values
+  check smoke.exhaust_mtty smoke_exhaust mtty mtty-2 12 ENOSPC
+  check smoke.exhaust_mbochs smoke_exhaust mbochs mbochs-large 1 ENOSPC
+  check smoke.exhaust_mdpy smoke_exhaust mdpy mdpy-vga 4 EUSERS
+  remove_all_mdevs
+}
+
+smoke_types_initial() {
+  expect_equal "mtty-1 available" 24 "$(available mtty mtty-1)" &&
+    expect_equal "mtty-2 available" 12 "$(available mtty mtty-2)" &&
+    expect_equal "mbochs-small available" 16 "$(available mbochs mbochs-small)" &&
+    expect_equal "mbochs-medium available" 4 "$(available mbochs mbochs-medium)" &&
+    expect_equal "mbochs-large available" 1 "$(available mbochs mbochs-large)" &&
+    expect_equal "mdpy-vga available" 4 "$(available mdpy mdpy-vga)" &&
+    expect_equal "mtty-1 device_api" vfio-pci "$(cat "$(mdev_type_dir mtty mtty-1)/device_api")" &&
+    expect_equal "mbochs-small description" "virtual display, 4 MB video memory" \
+      "$(cat "$(mdev_type_dir mbochs mbochs-small)/description")" &&
+    if [ -e "$(mdev_type_dir mtty mtty-1)/description" ]; then
+      echo "mtty-1 has a description file; the reference says it has none"
+      return 1
+    fi
+  echo "initial available_instances, device_api, description as expected"
+}
+
+smoke_create_remove() {
+  local uuid group
+  uuid="$(create_mdev mtty mtty-1)" || { echo "create on mtty-1 failed"; return 1; }
+  [ -d "/sys/bus/mdev/devices/$uuid" ] || { echo "no /sys/bus/mdev/devices/$uuid"; return 1; }
+  group="$(mdev_group "$uuid")"
+  [ -c "/dev/vfio/$group" ] || { echo "no /dev/vfio/$group for $uuid"; return 1; }
+  expect_equal "mtty-1 available after one" 23 "$(available mtty mtty-1)" >/dev/null || return 1
+  expect_equal "mtty-2 available after one mtty-1" 11 "$(available mtty mtty-2)" >/dev/null || return 1
+  expect_equal "mdev_type of $uuid" mtty-1 "$(basename "$(readlink "/sys/bus/mdev/devices/$uuid/mdev_type")")" >/dev/null || return 1
+  expect_write OK "/sys/bus/mdev/devices/$uuid/remove" 1 >/dev/null || return 1
+  [ ! -e "/sys/bus/mdev/devices/$uuid" ] || { echo "$uuid still present after remove"; return 1; }
+  [ ! -e "/dev/vfio/$group" ] || { echo "/dev/vfio/$group still present after remove"; return 1; }
+  expect_write ENOENT "/sys/bus/mdev/devices/$uuid/remove" 1 >/dev/null || return 1
+  echo "created $uuid (group $group, /dev/vfio/$group), removed it; second remove: ENOENT"
+}
+
+smoke_duplicate() {
+  local uuid
+  uuid="$(create_mdev mtty mtty-1)" || return 1
+  expect_write EEXIST "$(mdev_type_dir mtty mtty-2)/create" "$uuid" || return 1
+  expect_write EEXIST "$(mdev_type_dir mbochs mbochs-small)/create" "$uuid" || return 1
+  echo 1 >"/sys/bus/mdev/devices/$uuid/remove"
+  echo "the same UUID on another type and another parent: EEXIST"
+}
+
+smoke_remove_values() {
+  local uuid
+  uuid="$(create_mdev mdpy mdpy-vga)" || return 1
+  expect_write OK "/sys/bus/mdev/devices/$uuid/remove" 0 >/dev/null || return 1
+  [ -d "/sys/bus/mdev/devices/$uuid" ] || { echo "remove with 0 removed $uuid"; return 1; }
+  expect_write EINVAL "/sys/bus/mdev/devices/$uuid/remove" x >/dev/null || return 1
+  expect_write OK "/sys/bus/mdev/devices/$uuid/remove" 1 >/dev/null || return 1
+  echo "remove: 0 is a no-op, x is EINVAL, 1 removes"
+}
+
+# smoke_exhaust PARENT TYPE COUNT ERRNO: COUNT creates succeed, the next one gives ERRNO.
+smoke_exhaust() {
+  local parent="$1" type="$2" count="$3" errno="$4" i
+  for ((i = 0; i < count; i++)); do
+    create_mdev "$parent" "$type" >/dev/null || { echo "create $((i + 1)) of $count on $type failed"; return 1; }
+  done
+  expect_equal "$type available when full" 0 "$(available "$parent" "$type")" >/dev/null || return 1
+  expect_write "$errno" "$(mdev_type_dir "$parent" "$type")/create" "$(new_uuid)" >/dev/null || return 1
+  remove_all_mdevs
+  echo "$count on $type, then $errno"
+}
+
+# SR-IOV on QEMU's nvme controller: the PF answers before and after its driver is bound.
+group_sriov() {
+  local pf
+  pf="$(nvme_pf)" || { fail sriov.pf "no nvme PF 1b36:0010 with SR-IOV"; return; }
+  local dir="/sys/bus/pci/devices/$pf"
+  check sriov.totalvfs expect_equal "sriov_totalvfs of $pf" 4 "$(cat "$dir/sriov_totalvfs")"
+  check sriov.no_driver_enoent expect_write ENOENT "$dir/sriov_numvfs" 1
+  check sriov.modprobe_nvme modprobe nvme
+  check sriov.above_total_erange expect_write ERANGE "$dir/sriov_numvfs" 5
+  check sriov.not_a_number_einval expect_write EINVAL "$dir/sriov_numvfs" abc
+  check sriov.autoprobe_off expect_write OK "$dir/sriov_drivers_autoprobe" 0
+  check sriov.enable_two sriov_enable "$dir" 2
+  check sriov.change_while_enabled_ebusy expect_write EBUSY "$dir/sriov_numvfs" 3
+  check sriov.bind_vfio_pci sriov_bind_vf0 "$dir"
+  check sriov.second_bind_ebusy expect_write EBUSY /sys/bus/pci/drivers/vfio-pci/bind "$(basename "$(readlink "$dir/virtfn0")")"
+  check sriov.bogus_probe_enodev expect_write ENODEV /sys/bus/pci/drivers_probe 0000:7f:1f.7
+}
+
+sriov_enable() {
+  local dir="$1" count="$2" i
+  expect_write OK "$dir/sriov_numvfs" "$count" >/dev/null || return 1
+  for ((i = 0; i < count; i++)); do
+    [ -L "$dir/virtfn$i" ] || { echo "no virtfn$i after enabling $count"; return 1; }
+    [ -L "$dir/virtfn$i/iommu_group" ] || { echo "virtfn$i has no IOMMU group"; return 1; }
+  done
+  expect_equal "sriov_numvfs" "$count" "$(cat "$dir/sriov_numvfs")"
+}
+
+sriov_bind_vf0() {
+  local dir="$1" vf group
+  vf="$(basename "$(readlink "$dir/virtfn0")")"
+  expect_write OK "/sys/bus/pci/devices/$vf/driver_override" vfio-pci >/dev/null || return 1
+  expect_write OK /sys/bus/pci/drivers_probe "$vf" >/dev/null || return 1
+  expect_equal "driver of $vf" vfio-pci "$(basename "$(readlink "/sys/bus/pci/devices/$vf/driver")")" >/dev/null || return 1
+  group="$(basename "$(readlink "/sys/bus/pci/devices/$vf/iommu_group")")"
+  [ -c "/dev/vfio/$group" ] || { echo "no /dev/vfio/$group for $vf"; return 1; }
+  echo "VF $vf bound to vfio-pci, /dev/vfio/$group"
+}
+
+# The VFIO preflight probe on an mtty mdev, an mbochs mdev and the nvme VF, with KVM (TCG
+# emulates AMD SVM, so kvm_amd gives the guest a /dev/kvm): every step must be ok.
+group_probe() {
+  check probe.kvm_amd probe_load_kvm
+  local uuid
+  uuid="$(create_mdev mtty mtty-1)" && check probe.mtty probe_all_ok "$uuid" ||
+    fail probe.mtty "cannot create an mtty-1 mdev"
+  uuid="$(create_mdev mbochs mbochs-small)" && check probe.mbochs probe_all_ok "$uuid" ||
+    fail probe.mbochs "cannot create an mbochs-small mdev"
+  local pf vf
+  if pf="$(nvme_pf)" && [ -L "/sys/bus/pci/devices/$pf/virtfn0" ]; then
+    vf="$(basename "$(readlink "/sys/bus/pci/devices/$pf/virtfn0")")"
+    check probe.nvme_vf probe_all_ok "$vf"
+  else
+    fail probe.nvme_vf "no VF enabled (the sriov group enables and binds virtfn0)"
+  fi
+  check probe.unbound_vf_refused probe_refuses_unbound
+  remove_all_mdevs
+}
+
+probe_load_kvm() {
+  modprobe kvm_amd || return 1
+  [ -c /dev/kvm ] || { echo "kvm_amd loaded but no /dev/kvm"; return 1; }
+  echo "/dev/kvm present"
+}
+
+# probe_all_ok TARGET: vfio-probe --kvm required --json must report every step ok.
+probe_all_ok() {
+  local target="$1" json="$out/probe-$1.json"
+  "$bin/vfio-probe" --json --kvm required "$target" >"$json"
+  local status=$?
+  python3 - "$json" "$status" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+bad = [f"{s['step']}={s['status']} ({s['detail']})" for s in report["steps"] if s["status"] != "ok"]
+dev = report["device"]
+if bad or not report["ok"] or sys.argv[2] != "0":
+    print("steps not ok: " + "; ".join(bad) + f"; exit {sys.argv[2]}")
+    sys.exit(1)
+print(f"{len(report['steps'])} steps ok, {dev['vendor_id']}:{dev['device_id']}, "
+      f"{len(dev['regions'])} regions, max {dev['max_interrupts']} interrupts")
+PY
+}
+
+# A VF not bound to vfio-pci: the probe must fail at resolve, naming the driver.
+probe_refuses_unbound() {
+  local pf vf output
+  pf="$(nvme_pf)" || return 1
+  [ -L "/sys/bus/pci/devices/$pf/virtfn1" ] || { echo "no virtfn1"; return 1; }
+  vf="$(basename "$(readlink "/sys/bus/pci/devices/$pf/virtfn1")")"
+  if output="$("$bin/vfio-probe" "$vf")"; then
+    echo "probe of unbound VF $vf succeeded: $output"
+    return 1
+  fi
+  grep -q "resolve .*FAILED.*not bound to any driver\|resolve .*FAILED.*bound to" <<<"$output" ||
+    { echo "unexpected output: $output"; return 1; }
+  echo "unbound VF $vf refused at resolve"
+}
+
+# mdev-conformance against the real sysfs; the host compares it with the simulated run.
+group_conformance() {
+  if [ ! -x "$bin/mdev-conformance" ]; then
+    skip conformance.real "mdev-conformance is not built yet"
+    return
+  fi
+  remove_all_mdevs
+  if "$bin/mdev-conformance" --root / --json >"$out/conformance-real.json" 2>"$out/conformance-real.err"; then
+    pass conformance.real_run "report in conformance-real.json"
+  else
+    # A non-zero exit may just mean a scenario failed; the comparison on the host decides.
+    pass conformance.real_run "exit status $? (scenario outcomes compared on the host)"
+  fi
+}
