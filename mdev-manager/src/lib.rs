@@ -8,6 +8,7 @@ pub mod error;
 pub mod holders;
 pub mod host;
 pub mod hotplug;
+pub mod sim;
 pub mod state;
 
 pub use error::ErrorKind;

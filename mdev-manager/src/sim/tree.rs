@@ -1,0 +1,299 @@
+//! The simulated sysfs/devtmpfs/procfs namespace: directories, attribute files and symbolic
+//! links under host-absolute paths, with the kernel's path walk (links followed, `..`
+//! resolved against the real parent, ELOOP after 40 links).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How many links one walk may follow before ELOOP (`MAXSYMLINKS`).
+const MAX_SYMLINKS: usize = 40;
+
+/// One entry of the namespace. `F` says how a file reads and writes.
+#[derive(Debug, Clone)]
+pub(crate) enum Node<F> {
+    Dir(BTreeSet<String>),
+    File(F),
+    Link(String),
+}
+
+/// A namespace rooted at `/`, keyed by canonical absolute path.
+#[derive(Debug, Clone)]
+pub(crate) struct Tree<F> {
+    nodes: BTreeMap<String, Node<F>>,
+}
+
+/// Splits a canonical path into (parent, name). `/` has no parent.
+fn split(path: &str) -> Option<(&str, &str)> {
+    if path == "/" {
+        return None;
+    }
+    let index = path.rfind('/')?;
+    let parent = if index == 0 { "/" } else { &path[..index] };
+    Some((parent, &path[index + 1..]))
+}
+
+/// Joins a canonical directory and a name.
+pub(crate) fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// The relative link text that leads from directory `from_dir` to `to` (both canonical),
+/// the way sysfs writes its links (`../../../bus/pci/drivers/nvme`).
+pub(crate) fn relative_link(from_dir: &str, to: &str) -> String {
+    let from: Vec<&str> = from_dir.split('/').filter(|c| !c.is_empty()).collect();
+    let target: Vec<&str> = to.split('/').filter(|c| !c.is_empty()).collect();
+    let common = from.iter().zip(&target).take_while(|(a, b)| a == b).count();
+    let mut parts: Vec<&str> = vec![".."; from.len() - common];
+    parts.extend(&target[common..]);
+    parts.join("/")
+}
+
+impl<F> Tree<F> {
+    /// An empty namespace holding only `/`.
+    pub(crate) fn new() -> Self {
+        let mut nodes = BTreeMap::new();
+        nodes.insert("/".to_string(), Node::Dir(BTreeSet::new()));
+        Self { nodes }
+    }
+
+    /// The entry at a canonical path.
+    pub(crate) fn get(&self, path: &str) -> Option<&Node<F>> {
+        self.nodes.get(path)
+    }
+
+    /// The entry at a canonical path, for updating a file's stored value.
+    pub(crate) fn get_mut(&mut self, path: &str) -> Option<&mut Node<F>> {
+        self.nodes.get_mut(path)
+    }
+
+    fn attach(&mut self, path: &str) {
+        if let Some((parent, name)) = split(path) {
+            self.mkdir_p(parent);
+            if let Some(Node::Dir(children)) = self.nodes.get_mut(parent) {
+                children.insert(name.to_string());
+            }
+        }
+    }
+
+    /// Creates a directory and every missing ancestor.
+    pub(crate) fn mkdir_p(&mut self, path: &str) {
+        if matches!(self.nodes.get(path), Some(Node::Dir(_))) {
+            return;
+        }
+        self.attach(path);
+        self.nodes
+            .insert(path.to_string(), Node::Dir(BTreeSet::new()));
+    }
+
+    /// Adds (or replaces) a file.
+    pub(crate) fn add_file(&mut self, path: &str, file: F) {
+        self.remove(path);
+        self.attach(path);
+        self.nodes.insert(path.to_string(), Node::File(file));
+    }
+
+    /// Adds (or replaces) a symbolic link with the given stored target text.
+    pub(crate) fn add_link(&mut self, path: &str, target: impl Into<String>) {
+        self.remove(path);
+        self.attach(path);
+        self.nodes
+            .insert(path.to_string(), Node::Link(target.into()));
+    }
+
+    /// Adds a link whose text is the relative path from the link's directory to `to`.
+    pub(crate) fn add_relative_link(&mut self, path: &str, to: &str) {
+        let dir = split(path).map(|(dir, _)| dir).unwrap_or("/");
+        let text = relative_link(dir, to);
+        self.add_link(path, text);
+    }
+
+    /// Removes an entry and everything below it. Missing entries are ignored.
+    pub(crate) fn remove(&mut self, path: &str) {
+        let Some(node) = self.nodes.remove(path) else {
+            return;
+        };
+        if let Node::Dir(children) = node {
+            for child in children {
+                self.remove(&join(path, &child));
+            }
+        }
+        if let Some((parent, name)) = split(path) {
+            if let Some(Node::Dir(children)) = self.nodes.get_mut(parent) {
+                children.remove(name);
+            }
+        }
+    }
+
+    /// Removes a directory if it has no entries left, then its empty ancestors up to (not
+    /// including) `keep`.
+    pub(crate) fn prune_empty(&mut self, path: &str, keep: &str) {
+        let mut current = path.to_string();
+        while current != keep && current != "/" {
+            match self.nodes.get(&current) {
+                Some(Node::Dir(children)) if children.is_empty() => {}
+                _ => return,
+            }
+            self.remove(&current);
+            match split(&current) {
+                Some((parent, _)) => current = parent.to_string(),
+                None => return,
+            }
+        }
+    }
+
+    /// Resolves a host-absolute path to the canonical path of an existing entry, following
+    /// links in every component (and in the last one when `follow_last`). Errors are errnos.
+    pub(crate) fn resolve(&self, path: &str, follow_last: bool) -> Result<String, i32> {
+        let mut budget = MAX_SYMLINKS;
+        self.walk("/", path, follow_last, &mut budget)
+    }
+
+    fn walk(
+        &self,
+        start: &str,
+        path: &str,
+        follow_last: bool,
+        budget: &mut usize,
+    ) -> Result<String, i32> {
+        let mut current = if path.starts_with('/') {
+            "/".to_string()
+        } else {
+            start.to_string()
+        };
+        let components: Vec<&str> = path
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .collect();
+        for (index, component) in components.iter().enumerate() {
+            let last = index + 1 == components.len();
+            if !matches!(self.nodes.get(&current), Some(Node::Dir(_))) {
+                return Err(libc::ENOTDIR);
+            }
+            if *component == ".." {
+                current = split(&current)
+                    .map(|(parent, _)| parent.to_string())
+                    .unwrap_or_else(|| "/".to_string());
+                continue;
+            }
+            let next = join(&current, component);
+            match self.nodes.get(&next) {
+                None => return Err(libc::ENOENT),
+                Some(Node::Link(target)) if !last || follow_last => {
+                    if *budget == 0 {
+                        return Err(libc::ELOOP);
+                    }
+                    *budget -= 1;
+                    current = self.walk(&current, target, true, budget)?;
+                }
+                Some(_) => current = next,
+            }
+        }
+        Ok(current)
+    }
+
+    /// Every entry, sorted, one line each: `path/` for directories, `path -> target` for
+    /// links, `path` for files (the golden-file form of a topology).
+    pub(crate) fn listing(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|(path, _)| path.as_str() != "/")
+            .map(|(path, node)| match node {
+                Node::Dir(_) => format!("{path}/"),
+                Node::Link(target) => format!("{path} -> {target}"),
+                Node::File(_) => path.clone(),
+            })
+            .collect()
+    }
+
+    /// Canonical paths of every file, for reading all of them in tests.
+    pub(crate) fn file_paths(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|(_, node)| matches!(node, Node::File(_)))
+            .map(|(path, _)| path.clone())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_links_match_sysfs_form() {
+        assert_eq!(
+            relative_link(
+                "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0",
+                "/sys/bus/pci/drivers/nvme"
+            ),
+            "../../../../bus/pci/drivers/nvme"
+        );
+        assert_eq!(
+            relative_link("/sys/class/mdev_bus", "/sys/devices/virtual/mtty/mtty"),
+            "../../devices/virtual/mtty/mtty"
+        );
+        assert_eq!(
+            relative_link(
+                "/sys/devices/pci0000:00/0000:00:01.0",
+                "/sys/devices/pci0000:00/0000:00:01.1"
+            ),
+            "../0000:00:01.1"
+        );
+    }
+
+    #[test]
+    fn walk_follows_links_and_parent_components() {
+        let mut tree: Tree<u8> = Tree::new();
+        tree.add_file(
+            "/sys/devices/virtual/mtty/mtty/mdev_supported_types/mtty-1/create",
+            1,
+        );
+        tree.add_relative_link("/sys/class/mdev_bus/mtty", "/sys/devices/virtual/mtty/mtty");
+        assert_eq!(
+            tree.resolve(
+                "/sys/class/mdev_bus/mtty/mdev_supported_types/mtty-1/create",
+                true
+            )
+            .unwrap(),
+            "/sys/devices/virtual/mtty/mtty/mdev_supported_types/mtty-1/create"
+        );
+        assert_eq!(
+            tree.resolve("/sys/class/mdev_bus/mtty", false).unwrap(),
+            "/sys/class/mdev_bus/mtty"
+        );
+        assert_eq!(
+            tree.resolve("/sys/class/mdev_bus/mtty/..", true).unwrap(),
+            "/sys/devices/virtual/mtty"
+        );
+        assert_eq!(
+            tree.resolve("/sys/class/mdev_bus/none", true),
+            Err(libc::ENOENT)
+        );
+        assert_eq!(
+            tree.resolve(
+                "/sys/devices/virtual/mtty/mtty/mdev_supported_types/mtty-1/create/x",
+                true
+            ),
+            Err(libc::ENOTDIR)
+        );
+        tree.add_link("/loop/a", "/loop/b");
+        tree.add_link("/loop/b", "/loop/a");
+        assert_eq!(tree.resolve("/loop/a", true), Err(libc::ELOOP));
+    }
+
+    #[test]
+    fn remove_takes_the_subtree_and_prune_stops_at_keep() {
+        let mut tree: Tree<u8> = Tree::new();
+        tree.add_file("/a/b/c/file", 1);
+        tree.add_file("/a/other", 2);
+        tree.remove("/a/b/c/file");
+        tree.prune_empty("/a/b/c", "/a");
+        assert!(tree.get("/a/b").is_none());
+        assert!(tree.get("/a").is_some());
+        tree.remove("/a");
+        assert_eq!(tree.listing(), Vec::<String>::new());
+    }
+}
