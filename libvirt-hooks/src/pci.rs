@@ -1,0 +1,182 @@
+//! PCI addresses as the hook meets them: libvirt's attribute form
+//! (`domain='0x0000' bus='0x3b' slot='0x00' function='0x4'`) and sysfs' BDF form
+//! (`0000:3b:00.4`).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A PCI function address (domain, bus, device slot, function).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PciAddress {
+    /// PCI segment. Usually 0; VMD domains go above 0xffff, hence 32 bits.
+    pub domain: u32,
+    /// Bus number.
+    pub bus: u8,
+    /// Device slot, 0-31.
+    pub slot: u8,
+    /// Function, 0-7.
+    pub function: u8,
+}
+
+/// Why a PCI address was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PciAddressError {
+    /// The text is not `DDDD:BB:SS.F`.
+    #[error("PCI address '{0}' is not in the form DDDD:BB:SS.F (e.g. 0000:3b:00.4)")]
+    Malformed(String),
+    /// A libvirt address attribute is not a number in range.
+    #[error("PCI address attribute {attribute}='{value}' is not a number in 0..={max:#x}")]
+    BadAttribute {
+        /// `domain`, `bus`, `slot` or `function`.
+        attribute: &'static str,
+        /// The text found.
+        value: String,
+        /// The largest value allowed.
+        max: u32,
+    },
+}
+
+impl PciAddress {
+    /// Builds an address from libvirt's `<address domain= bus= slot= function=/>` attribute
+    /// values. libvirt writes hex with `0x`, and also accepts decimal; so do we. A missing
+    /// `domain` means 0 as in libvirt.
+    pub fn from_libvirt_attributes(
+        domain: Option<&str>,
+        bus: &str,
+        slot: &str,
+        function: &str,
+    ) -> Result<Self, PciAddressError> {
+        Ok(Self {
+            domain: match domain {
+                Some(text) => parse_number("domain", text, u32::MAX)?,
+                None => 0,
+            },
+            bus: narrow(parse_number("bus", bus, 0xff)?),
+            slot: narrow(parse_number("slot", slot, 0x1f)?),
+            function: narrow(parse_number("function", function, 0x7)?),
+        })
+    }
+}
+
+/// Each caller bounds the value to 0xff or less first, so the narrowing cannot lose bits.
+fn narrow(value: u32) -> u8 {
+    u8::try_from(value).unwrap_or(u8::MAX)
+}
+
+fn parse_number(attribute: &'static str, text: &str, max: u32) -> Result<u32, PciAddressError> {
+    let bad = || PciAddressError::BadAttribute {
+        attribute,
+        value: text.to_owned(),
+        max,
+    };
+    let trimmed = text.trim();
+    let parsed = match trimmed
+        .strip_prefix("0x")
+        .or_else(|| trimmed.strip_prefix("0X"))
+    {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => trimmed.parse::<u32>(),
+    };
+    match parsed {
+        Ok(value) if value <= max => Ok(value),
+        _ => Err(bad()),
+    }
+}
+
+impl FromStr for PciAddress {
+    type Err = PciAddressError;
+
+    /// Parses sysfs' `DDDD:BB:SS.F` (hex fields; the domain may be longer than 4 digits).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let malformed = || PciAddressError::Malformed(text.to_owned());
+        let (domain, rest) = text.split_once(':').ok_or_else(malformed)?;
+        let (bus, rest) = rest.split_once(':').ok_or_else(malformed)?;
+        let (slot, function) = rest.split_once('.').ok_or_else(malformed)?;
+        let field = |part: &str, width: usize, max: u32| -> Result<u32, PciAddressError> {
+            let well_formed = !part.is_empty()
+                && part.len() <= width
+                && part.bytes().all(|b| b.is_ascii_hexdigit());
+            match well_formed.then(|| u32::from_str_radix(part, 16)) {
+                Some(Ok(value)) if value <= max => Ok(value),
+                _ => Err(malformed()),
+            }
+        };
+        Ok(Self {
+            domain: field(domain, 8, u32::MAX)?,
+            bus: narrow(field(bus, 2, 0xff)?),
+            slot: narrow(field(slot, 2, 0x1f)?),
+            function: narrow(field(function, 1, 0x7)?),
+        })
+    }
+}
+
+impl fmt::Display for PciAddress {
+    /// sysfs' form, `0000:3b:00.4`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.slot, self.function
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_prints_sysfs_form() {
+        let address: PciAddress = "0000:3b:00.4".parse().unwrap();
+        assert_eq!(
+            address,
+            PciAddress {
+                domain: 0,
+                bus: 0x3b,
+                slot: 0,
+                function: 4
+            }
+        );
+        assert_eq!(address.to_string(), "0000:3b:00.4");
+        let vmd: PciAddress = "10000:e1:1f.7".parse().unwrap();
+        assert_eq!(vmd.to_string(), "10000:e1:1f.7");
+    }
+
+    #[test]
+    fn refuses_malformed_sysfs_form() {
+        for text in [
+            "",
+            "3b:00.4",
+            "0000:3b:00",
+            "0000:3b:20.0",
+            "0000:3b:00.8",
+            "0000:zz:00.0",
+            "0000:3b:00.4x",
+            "0000:+3:00.0",
+        ] {
+            let error = text.parse::<PciAddress>().unwrap_err();
+            assert_eq!(error, PciAddressError::Malformed(text.to_owned()), "{text}");
+        }
+    }
+
+    #[test]
+    fn parses_libvirt_attributes_in_hex_and_decimal() {
+        let hex =
+            PciAddress::from_libvirt_attributes(Some("0x0000"), "0x3b", "0x00", "0x4").unwrap();
+        let decimal = PciAddress::from_libvirt_attributes(None, "59", "0", "4").unwrap();
+        assert_eq!(hex, decimal);
+        assert_eq!(hex.to_string(), "0000:3b:00.4");
+    }
+
+    #[test]
+    fn refuses_out_of_range_libvirt_attributes_naming_the_attribute() {
+        let error = PciAddress::from_libvirt_attributes(None, "0x3b", "0x20", "0x0").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "PCI address attribute slot='0x20' is not a number in 0..=0x1f"
+        );
+        assert!(PciAddress::from_libvirt_attributes(None, "0x100", "0", "0").is_err());
+        assert!(PciAddress::from_libvirt_attributes(None, "0x3b", "0", "8").is_err());
+        assert!(PciAddress::from_libvirt_attributes(None, "bus", "0", "0").is_err());
+    }
+}
