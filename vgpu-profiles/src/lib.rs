@@ -1,5 +1,14 @@
 //! vGPU profiles: what an admin asks for, how it maps onto what vendor drivers offer,
 //! and where it fits. Pure logic: no I/O, no host, no bus.
+//!
+//! * [`vendor`]: parsers for what drivers show (mdev types, descriptions, NVIDIA names,
+//!   `creatable_vgpu_types`, `nvidia-smi mig`) and the vendor-neutral [`vendor::OfferedType`].
+//! * [`profile`] and [`catalog`]: profiles as TOML, the built-in catalog and overrides.
 #![deny(missing_docs)]
 
+pub mod catalog;
+pub mod profile;
 pub mod vendor;
+
+pub use catalog::Catalog;
+pub use profile::{Profile, ProfileError, ProfileName};
