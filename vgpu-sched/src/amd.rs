@@ -75,7 +75,7 @@ impl AmdSlices {
     /// A readable summary (also the golden-file format).
     pub fn to_text(&self) -> String {
         let mut text = format!(
-            "# AMD GIM {}: {} VFs, budget {} µs ({} x {} µs)\n",
+            "# AMD GIM {}: {} VF(s), budget {} µs ({} x {} µs)\n",
             self.parent, self.total_vfs, self.budget_us, self.total_vfs, DEFAULT_SLICE_US
         );
         for vf in &self.vfs {
@@ -186,6 +186,7 @@ pub fn time_slices(
         });
     }
     let round_us = total_us.max(1);
+    let managed_us = slices.iter().sum::<u32>().max(1);
     let vfs = vfs
         .iter()
         .zip(&plan.instances)
@@ -208,7 +209,10 @@ pub fn time_slices(
                 notes.push("GIM gives a VF its slice every round: the cap holds only while every VF uses its slice".to_owned());
                 enforced = false;
             }
-            if !meets(planned.share, effective) {
+            let among_managed_ppm = u64::from(slice_us) * u64::from(PPM_PER_WHOLE) / u64::from(managed_us);
+            let among_managed = Share::from_ppm(u32::try_from(among_managed_ppm).unwrap_or(PPM_PER_WHOLE))
+                .unwrap_or(Share::WHOLE);
+            if !meets(planned.share, among_managed) {
                 notes.push("slice limits (1-500 ms, 100 µs steps) move it off the request".to_owned());
             }
             AmdVfSlice {
