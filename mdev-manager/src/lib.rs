@@ -2,6 +2,7 @@
 //! and SR-IOV virtual functions), persists what it created, and reconciles after crashes.
 #![deny(missing_docs)]
 
+pub mod conformance;
 pub mod discovery;
 pub mod engine;
 pub mod error;

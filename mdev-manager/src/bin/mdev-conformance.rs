@@ -1,0 +1,92 @@
+//! `mdev-conformance`: runs the conformance scenarios on a real host (`--root /`) or on the
+//! simulated host (`--simulate samples`) and prints the outcome of every step next to the
+//! real kernel's, as a table or as JSON (`--json`) for diffing two runs (`--diff A B`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+
+use mdev_manager::conformance::{self, Report, RunOptions, VfioDeviceHolder};
+use mdev_manager::host::RealFs;
+use mdev_manager::sim::SimHost;
+
+/// Run the mdev/SR-IOV conformance scenarios and report each step's outcome.
+#[derive(Debug, Parser)]
+#[command(name = "mdev-conformance", version)]
+struct Args {
+    /// Run on the real host whose filesystem root is this directory (needs root, VFIO).
+    #[arg(long, conflicts_with_all = ["simulate", "diff"])]
+    root: Option<PathBuf>,
+    /// Run on a built-in simulated topology (default, samples, scale).
+    #[arg(long, conflicts_with = "diff")]
+    simulate: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Seconds a write must stay unfinished while held to count as blocking.
+    #[arg(long, default_value_t = 2.0)]
+    block_wait: f64,
+    /// Compare two JSON reports and print where they differ (exit 1 if they do).
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    diff: Option<Vec<PathBuf>>,
+}
+
+fn load(path: &PathBuf) -> anyhow::Result<Report> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading report {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing report {}", path.display()))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(paths) = &args.diff {
+        let (a, b) = (load(&paths[0])?, load(&paths[1])?);
+        let lines = a.diff(&b);
+        for line in &lines {
+            println!("{line}");
+        }
+        if !lines.is_empty() {
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
+    if !(args.block_wait.is_finite() && args.block_wait > 0.0 && args.block_wait < 3600.0) {
+        bail!(
+            "--block-wait {} is not a number of seconds between 0 and 3600",
+            args.block_wait
+        );
+    }
+    let options = RunOptions {
+        block_wait: Duration::from_secs_f64(args.block_wait),
+        ..RunOptions::default()
+    };
+    let report = match (&args.root, &args.simulate) {
+        (Some(root), None) => {
+            let label = format!("root:{}", root.display());
+            conformance::run(
+                Arc::new(RealFs::new(root)),
+                Arc::new(VfioDeviceHolder::new(root)),
+                &label,
+                options,
+            )
+        }
+        (None, Some(name)) => {
+            let host =
+                SimHost::builtin(name).with_context(|| format!("simulated topology {name:?}"))?;
+            conformance::run_on_sim(&host, &format!("sim:{name}"), options)
+        }
+        _ => bail!("give exactly one of --root DIR and --simulate TOPOLOGY (or --diff A B)"),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.to_table());
+    }
+    if !report.mismatches().is_empty() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
