@@ -4,10 +4,13 @@
 //! one parent are serialized by a per-parent lock; different parents proceed in parallel.
 //! Every change to what the manager owns is written to the state store before the call returns.
 
-use std::path::PathBuf;
-use std::sync::mpsc;
-use std::sync::Arc;
-use std::time::Duration;
+mod claims;
+mod profiles;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -20,8 +23,10 @@ pub use crate::holders::Holder;
 pub use crate::hotplug::{HostEvent, HostEventAction, HostEvents};
 pub use crate::state::{Claim, DiskFiles, InstanceKind, Owner, Scheduling, StateFiles};
 
-use crate::discovery::layout;
+use crate::discovery::{self, layout, names};
 use crate::host::HostFs;
+use crate::lifecycle::{self, BoundedWriter, Host};
+use crate::state::{self, InstanceRecord, StateFile};
 
 /// Engine settings. [`EngineConfig::default`] gives the product's defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -417,6 +422,16 @@ pub enum EngineError {
         /// Holder domain UUID.
         domain_uuid: String,
     },
+    /// A VF carries an instance (or is bound to vfio-pci outside the manager).
+    #[error("VF {vf} of {pf} is in use by instance {uuid}")]
+    VfCarriesInstance {
+        /// The PF.
+        pf: String,
+        /// The VF.
+        vf: String,
+        /// The instance on it.
+        uuid: String,
+    },
     /// The manager did not create this instance; adopt it or force.
     #[error("instance {uuid} was not created by mdev-manager; adopt it or force the operation")]
     NotOwned {
@@ -517,7 +532,9 @@ impl EngineError {
             | Self::UnknownProfile { .. } => ErrorKind::NotFound,
             Self::AlreadyExists { .. } => ErrorKind::AlreadyExists,
             Self::NoCapacity { .. } => ErrorKind::NoCapacity,
-            Self::InUse { .. } | Self::Claimed { .. } => ErrorKind::InUse,
+            Self::InUse { .. } | Self::Claimed { .. } | Self::VfCarriesInstance { .. } => {
+                ErrorKind::InUse
+            }
             Self::NotOwned { .. } | Self::NotSupported { .. } => ErrorKind::NotSupported,
             Self::ParentNotReady { .. } | Self::WriteTimedOut { .. } => ErrorKind::TimedOut,
             Self::TooManyStuckWrites { .. } => ErrorKind::Busy,
@@ -533,9 +550,35 @@ impl EngineError {
 /// The engine. Cheap to share (`Arc<Engine>`); every method takes `&self`.
 #[derive(Debug)]
 pub struct Engine {
-    host: Arc<dyn HostFs>,
-    files: Arc<dyn StateFiles>,
-    config: EngineConfig,
+    pub(crate) host: Host,
+    pub(crate) files: Arc<dyn StateFiles>,
+    pub(crate) config: EngineConfig,
+    pub(crate) state: Mutex<StateFile>,
+    parent_locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// UUIDs being created right now (not yet in the state), so two requests cannot take one.
+    reserved: Mutex<HashSet<String>>,
+    subscribers: Mutex<Vec<mpsc::Sender<EngineEvent>>>,
+    pub(crate) profiles: RwLock<profiles::ProfileSet>,
+}
+
+/// Locks a mutex, taking the data even if a panicking thread poisoned it: every critical
+/// section leaves the data consistent before anything that can panic.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Releases a UUID reservation when the creating call ends, however it ends.
+struct Reservation<'a> {
+    engine: &'a Engine,
+    uuid: String,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        lock(&self.engine.reserved).remove(&self.uuid);
+    }
 }
 
 impl Engine {
@@ -546,8 +589,19 @@ impl Engine {
         files: Arc<dyn StateFiles>,
         config: EngineConfig,
     ) -> Result<Self, EngineError> {
-        let _ = (&host, &files, &config);
-        todo!()
+        let state = state::load(files.as_ref(), &config.state_dir)?;
+        let profiles = profiles::ProfileSet::load(files.as_ref(), &config.profiles_dir)?;
+        let writer = BoundedWriter::new(Arc::clone(&host), config.write_timeout);
+        Ok(Self {
+            host: Host { fs: host, writer },
+            files,
+            config,
+            state: Mutex::new(state),
+            parent_locks: Mutex::new(HashMap::new()),
+            reserved: Mutex::new(HashSet::new()),
+            subscribers: Mutex::new(Vec::new()),
+            profiles: RwLock::new(profiles),
+        })
     }
 
     /// The configuration in use.
@@ -557,30 +611,48 @@ impl Engine {
 
     /// The host the engine works on.
     pub fn host(&self) -> &Arc<dyn HostFs> {
-        &self.host
+        &self.host.fs
+    }
+
+    pub(crate) fn fs(&self) -> &dyn HostFs {
+        self.host.fs.as_ref()
     }
 
     /// A fresh discovery of the host.
     pub fn inventory(&self) -> Result<Inventory, EngineError> {
-        todo!()
+        Ok(discovery::discover(self.fs())?)
     }
 
     /// Every instance: known records (active or defined) and unmanaged mdevs on the host
     /// (`owner == None`), sorted by UUID.
     pub fn instances(&self) -> Result<Vec<InstanceInfo>, EngineError> {
-        todo!()
+        let records: Vec<InstanceRecord> = lock(&self.state).instances.values().cloned().collect();
+        let mut infos: Vec<InstanceInfo> = records.iter().map(|r| self.info_of(r)).collect();
+        for mdev in discovery::discover(self.fs())?.mdevs {
+            if !records.iter().any(|r| r.uuid == mdev.uuid) {
+                infos.push(unmanaged_info(&mdev));
+            }
+        }
+        infos.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+        Ok(infos)
     }
 
     /// One instance by UUID.
     pub fn instance(&self, uuid: &str) -> Result<InstanceInfo, EngineError> {
-        let _ = uuid;
-        todo!()
+        let uuid = names::parse_uuid(uuid)?;
+        let key = uuid.to_string();
+        if let Some(record) = lock(&self.state).instances.get(&key).cloned() {
+            return Ok(self.info_of(&record));
+        }
+        discovery::read_mdev(self.fs(), &uuid)
+            .map(|mdev| unmanaged_info(&mdev))
+            .ok_or(EngineError::UnknownInstance { uuid: key })
     }
 
     /// Creates one instance (see [`Engine::create_batch`]).
     pub fn create(&self, request: CreateRequest) -> Result<InstanceInfo, EngineError> {
-        let _ = request;
-        todo!()
+        let record = self.create_one(&request, None)?;
+        Ok(self.info_of(&record))
     }
 
     /// Creates every instance or none: a failure part-way rolls back what the batch did and
@@ -589,32 +661,243 @@ impl Engine {
         &self,
         requests: Vec<CreateRequest>,
     ) -> Result<Vec<InstanceInfo>, EngineError> {
-        let _ = requests;
-        todo!()
+        let total = requests.len();
+        let mut done: Vec<InstanceRecord> = Vec::new();
+        for (index, request) in requests.iter().enumerate() {
+            match self.create_one(request, None) {
+                Ok(record) => done.push(record),
+                Err(error) => {
+                    let rollback_failures = self.roll_back(&done);
+                    return Err(EngineError::Batch {
+                        step: format!(
+                            "request {} of {total} ({})",
+                            index + 1,
+                            describe_target(&request.target)
+                        ),
+                        source: Box::new(error),
+                        rollback_failures,
+                    });
+                }
+            }
+        }
+        Ok(done.iter().map(|record| self.info_of(record)).collect())
+    }
+
+    /// Undoes creations in reverse order; returns what could not be undone.
+    pub(crate) fn roll_back(&self, created: &[InstanceRecord]) -> Vec<String> {
+        let mut failures = Vec::new();
+        for record in created.iter().rev() {
+            if let Err(error) = self.remove_and_forget(record) {
+                failures.push(format!("removing {} {}: {error}", record.kind, record.uuid));
+            }
+        }
+        failures
+    }
+
+    fn remove_and_forget(&self, record: &InstanceRecord) -> Result<(), EngineError> {
+        {
+            let parent_lock = self.parent_lock(&record.parent);
+            let _serialized = lock(&parent_lock);
+            self.remove_device(record)?;
+        }
+        self.update_state(|state| {
+            state.instances.remove(&record.uuid);
+        })?;
+        self.emit(EngineEvent::InstanceRemoved {
+            uuid: record.uuid.clone(),
+        });
+        self.emit(EngineEvent::ParentChanged {
+            parent: record.parent.clone(),
+        });
+        Ok(())
     }
 
     /// Starts a defined (persistent, inactive) instance.
     pub fn start(&self, uuid: &str) -> Result<InstanceInfo, EngineError> {
-        let _ = uuid;
-        todo!()
+        let key = names::parse_uuid(uuid)?.to_string();
+        let record = self.record(&key)?;
+        let record = self.start_record(&record)?;
+        Ok(self.info_of(&record))
+    }
+
+    /// Creates the device of a known record (same UUID, type, attributes) if it is not active.
+    pub(crate) fn start_record(
+        &self,
+        record: &InstanceRecord,
+    ) -> Result<InstanceRecord, EngineError> {
+        if self.is_active(record) {
+            return Ok(record.clone());
+        }
+        let uuid = names::parse_uuid(&record.uuid)?;
+        let parent_lock = self.parent_lock(&record.parent);
+        let _serialized = lock(&parent_lock);
+        let mut started = record.clone();
+        match record.kind {
+            InstanceKind::Mdev => {
+                self.wait_for_path(&record.parent, &layout::mdev_parent(&record.parent), None)?;
+                self.check_capacity(&record.parent, &record.type_id)?;
+                self.host.create_mdev(
+                    &record.parent,
+                    &record.type_id,
+                    &uuid,
+                    &record.attributes,
+                )?;
+            }
+            InstanceKind::Vf => {
+                let vf = record.vf.ok_or_else(|| missing_vf(record))?;
+                self.wait_for_path(&vf.to_string(), &layout::pci_device(&vf), None)?;
+                started.previous_driver = self.host.bind_vfio(vf)?;
+            }
+            InstanceKind::NvidiaVf => {
+                let pf: PciAddress = record.parent.parse()?;
+                let type_id: u32 =
+                    record
+                        .type_id
+                        .parse()
+                        .map_err(|_| EngineError::InvalidArgument {
+                            what: "NVIDIA vGPU type id",
+                            value: record.type_id.clone(),
+                            reason: "not a decimal number".into(),
+                        })?;
+                self.wait_for_path(&record.parent, &layout::pci_device(&pf), None)?;
+                let vf = self.pick_nvidia_vf(pf, type_id, record.vf)?;
+                self.host.set_nvidia_vgpu(vf, type_id)?;
+                started.vf = Some(vf);
+            }
+        }
+        self.update_state(|state| {
+            state
+                .instances
+                .insert(started.uuid.clone(), started.clone());
+        })?;
+        self.emit(EngineEvent::InstanceChanged {
+            uuid: started.uuid.clone(),
+        });
+        self.emit(EngineEvent::ParentChanged {
+            parent: started.parent.clone(),
+        });
+        Ok(started)
     }
 
     /// Removes the device but keeps a persistent definition (a transient record is dropped).
     pub fn stop(&self, uuid: &str, options: DestroyOptions) -> Result<(), EngineError> {
-        let _ = (uuid, options);
-        todo!()
+        self.remove_instance(uuid, options, false)
     }
 
     /// Removes the device (if active) and forgets the instance.
     pub fn destroy(&self, uuid: &str, options: DestroyOptions) -> Result<(), EngineError> {
-        let _ = (uuid, options);
-        todo!()
+        self.remove_instance(uuid, options, true)
+    }
+
+    fn remove_instance(
+        &self,
+        uuid: &str,
+        options: DestroyOptions,
+        forget: bool,
+    ) -> Result<(), EngineError> {
+        let uuid = names::parse_uuid(uuid)?;
+        let key = uuid.to_string();
+        let Some(record) = lock(&self.state).instances.get(&key).cloned() else {
+            // Not ours: only a forced removal touches it.
+            let mdev = discovery::read_mdev(self.fs(), &uuid)
+                .ok_or(EngineError::UnknownInstance { uuid: key.clone() })?;
+            if !options.force {
+                return Err(EngineError::NotOwned { uuid: key });
+            }
+            let parent_lock = self.parent_lock(&mdev.parent);
+            let _serialized = lock(&parent_lock);
+            self.host.remove_mdev(&uuid)?;
+            self.emit(EngineEvent::InstanceRemoved { uuid: key });
+            self.emit(EngineEvent::ParentChanged {
+                parent: mdev.parent,
+            });
+            return Ok(());
+        };
+        if let Some(claim) = &record.claim {
+            if !options.force {
+                return Err(claimed(&record.uuid, claim));
+            }
+        }
+        {
+            let parent_lock = self.parent_lock(&record.parent);
+            let _serialized = lock(&parent_lock);
+            self.remove_device(&record)?;
+        }
+        let forget = forget || !record.persistent;
+        self.update_state(|state| {
+            if forget {
+                state.instances.remove(&key);
+            } else if let Some(kept) = state.instances.get_mut(&key) {
+                kept.claim = None;
+            }
+        })?;
+        self.emit(if forget {
+            EngineEvent::InstanceRemoved { uuid: key }
+        } else {
+            EngineEvent::InstanceChanged { uuid: key }
+        });
+        self.emit(EngineEvent::ParentChanged {
+            parent: record.parent,
+        });
+        Ok(())
+    }
+
+    /// Removes a record's device from the host if it is there (caller holds the parent lock).
+    pub(crate) fn remove_device(&self, record: &InstanceRecord) -> Result<(), EngineError> {
+        match record.kind {
+            InstanceKind::Mdev => {
+                let uuid = names::parse_uuid(&record.uuid)?;
+                if self.fs().exists(&layout::mdev_device(&uuid)) {
+                    self.host.remove_mdev(&uuid)?;
+                }
+            }
+            InstanceKind::Vf => {
+                let vf = record.vf.ok_or_else(|| missing_vf(record))?;
+                self.host
+                    .unbind_vfio(vf, record.previous_driver.as_deref())?;
+            }
+            InstanceKind::NvidiaVf => {
+                let vf = record.vf.ok_or_else(|| missing_vf(record))?;
+                let current = discovery::read_nvidia_vf(self.fs(), vf)
+                    .map(|nv| nv.current_type)
+                    .unwrap_or(0);
+                if current != 0 {
+                    self.host.clear_nvidia_vgpu(vf)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Takes over an mdev the manager did not create, so it may be managed and removed.
     pub fn adopt(&self, uuid: &str) -> Result<InstanceInfo, EngineError> {
-        let _ = uuid;
-        todo!()
+        let uuid = names::parse_uuid(uuid)?;
+        let key = uuid.to_string();
+        if let Some(record) = lock(&self.state).instances.get(&key).cloned() {
+            return Ok(self.info_of(&record));
+        }
+        let mdev = discovery::read_mdev(self.fs(), &uuid)
+            .ok_or(EngineError::UnknownInstance { uuid: key.clone() })?;
+        let record = InstanceRecord {
+            uuid: key.clone(),
+            kind: InstanceKind::Mdev,
+            parent: mdev.parent,
+            type_id: mdev.type_id,
+            profile: None,
+            owner: Owner::Adopted,
+            autostart: false,
+            persistent: false,
+            claim: None,
+            scheduling: Scheduling::default(),
+            attributes: Vec::new(),
+            vf: None,
+            previous_driver: None,
+        };
+        self.update_state(|state| {
+            state.instances.insert(key.clone(), record.clone());
+        })?;
+        self.emit(EngineEvent::InstanceChanged { uuid: key });
+        Ok(self.info_of(&record))
     }
 
     /// Changes persistence/autostart of a known instance (`autostart` implies `persistent`).
@@ -624,8 +907,10 @@ impl Engine {
         persistent: bool,
         autostart: bool,
     ) -> Result<InstanceInfo, EngineError> {
-        let _ = (uuid, persistent, autostart);
-        todo!()
+        self.modify_record(uuid, |record| {
+            record.autostart = autostart;
+            record.persistent = persistent || autostart;
+        })
     }
 
     /// Records an instance's scheduling fields.
@@ -634,14 +919,33 @@ impl Engine {
         uuid: &str,
         scheduling: Scheduling,
     ) -> Result<InstanceInfo, EngineError> {
-        let _ = (uuid, scheduling);
-        todo!()
+        check_scheduling(&scheduling)?;
+        self.modify_record(uuid, |record| record.scheduling = scheduling)
+    }
+
+    fn modify_record(
+        &self,
+        uuid: &str,
+        change: impl FnOnce(&mut InstanceRecord),
+    ) -> Result<InstanceInfo, EngineError> {
+        let key = names::parse_uuid(uuid)?.to_string();
+        let record = self.update_state(|state| {
+            state.instances.get_mut(&key).map(|record| {
+                change(record);
+                record.clone()
+            })
+        })?;
+        let record = record.ok_or(EngineError::UnknownInstance { uuid: key.clone() })?;
+        self.emit(EngineEvent::InstanceChanged { uuid: key });
+        Ok(self.info_of(&record))
     }
 
     /// A parent's stored scheduling policy.
     pub fn parent_schedule(&self, parent: &str) -> Option<serde_json::Value> {
-        let _ = parent;
-        todo!()
+        lock(&self.state)
+            .parents
+            .get(parent)
+            .and_then(|p| p.schedule.clone())
     }
 
     /// Stores a parent's scheduling policy (opaque to the engine).
@@ -650,65 +954,95 @@ impl Engine {
         parent: &str,
         schedule: serde_json::Value,
     ) -> Result<(), EngineError> {
-        let _ = (parent, schedule);
-        todo!()
+        names::check_sysfs_name("parent", parent)?;
+        let known = self.fs().exists(&layout::mdev_parent(parent))
+            || parent
+                .parse::<PciAddress>()
+                .is_ok_and(|a| self.fs().exists(&layout::pci_device(&a)))
+            || lock(&self.state).parents.contains_key(parent);
+        if !known {
+            return Err(EngineError::UnknownParent {
+                parent: parent.to_owned(),
+            });
+        }
+        self.update_state(|state| {
+            state.parents.entry(parent.to_owned()).or_default().schedule = Some(schedule);
+        })?;
+        self.emit(EngineEvent::ParentChanged {
+            parent: parent.to_owned(),
+        });
+        Ok(())
     }
 
     /// Sets a PF's VF count (autoprobe off first, `0` first when changing a non-zero count).
-    /// Refuses when any VF is held by a process, bound to vfio-pci by us, or an instance.
-    /// Returns the VF addresses now enabled.
+    /// Refuses when any VF is held by a process or carries an instance (unless forced; a held
+    /// VF is refused even then). Returns the VF addresses now enabled.
     pub fn set_num_vfs(
         &self,
         pf: &str,
         num_vfs: u32,
         options: DestroyOptions,
     ) -> Result<Vec<PciAddress>, EngineError> {
-        let _ = (pf, num_vfs, options);
-        todo!()
+        let address: PciAddress = pf.parse()?;
+        let parent_lock = self.parent_lock(&address.to_string());
+        let _serialized = lock(&parent_lock);
+        let enabled = self.set_num_vfs_locked(address, num_vfs, options)?;
+        self.update_state(|state| {
+            state
+                .parents
+                .entry(address.to_string())
+                .or_default()
+                .num_vfs = (num_vfs > 0).then_some(num_vfs);
+        })?;
+        self.emit(EngineEvent::ParentChanged {
+            parent: address.to_string(),
+        });
+        Ok(enabled)
     }
 
-    /// Claims every device a domain asks for, all or nothing.
-    pub fn claim_domain(
+    pub(crate) fn set_num_vfs_locked(
         &self,
-        domain: &DomainRef,
-        devices: &[DeviceRequest],
-    ) -> Result<Vec<InstanceInfo>, EngineError> {
-        let _ = (domain, devices);
-        todo!()
-    }
-
-    /// Releases a domain's claims: destroys its transient instances, drops the claim on
-    /// persistent ones. Idempotent.
-    pub fn release_domain(&self, domain: &DomainRef) -> Result<ReleaseReport, EngineError> {
-        let _ = domain;
-        todo!()
-    }
-
-    /// Compares what a running domain should hold with what exists; never fails for drift.
-    pub fn verify_domain(&self, domain: &DomainRef, devices: &[DeviceRequest]) -> Vec<String> {
-        let _ = (domain, devices);
-        todo!()
-    }
-
-    /// Brings the host in line with the desired state (see [`ReconcileReport`]).
-    pub fn reconcile(&self) -> Result<ReconcileReport, EngineError> {
-        todo!()
-    }
-
-    /// Imports mdevctl definitions (`/etc/mdevctl.d/<parent>/<uuid>`) as adopted persistent
-    /// instances.
-    pub fn import_mdevctl(&self) -> Result<ImportReport, EngineError> {
-        todo!()
-    }
-
-    /// Re-reads the profiles directory. Returns how many profiles are loaded.
-    pub fn reload_profiles(&self) -> Result<usize, EngineError> {
-        todo!()
-    }
-
-    /// The loaded profiles, sorted by name.
-    pub fn profiles(&self) -> Vec<ProfileSummary> {
-        todo!()
+        address: PciAddress,
+        num_vfs: u32,
+        options: DestroyOptions,
+    ) -> Result<Vec<PciAddress>, EngineError> {
+        if !self.fs().exists(&layout::pci_device(&address)) {
+            return Err(EngineError::UnknownParent {
+                parent: address.to_string(),
+            });
+        }
+        let pf = discovery::read_sriov_pf(self.fs(), address).ok_or_else(|| {
+            EngineError::NotSupported {
+                what: format!("setting the VF count of {address}"),
+                reason: "it has no sriov_totalvfs (not SR-IOV capable)".into(),
+            }
+        })?;
+        if num_vfs > pf.total_vfs {
+            return Err(EngineError::InvalidArgument {
+                what: "VF count",
+                value: num_vfs.to_string(),
+                reason: format!("{address} supports at most {} VFs", pf.total_vfs),
+            });
+        }
+        if pf.num_vfs == num_vfs {
+            return Ok(pf.vfs.iter().map(|vf| vf.function.address).collect());
+        }
+        if pf.num_vfs > 0 && !options.force {
+            let vfs: Vec<PciAddress> = pf.vfs.iter().map(|vf| vf.function.address).collect();
+            if let Some(record) = lock(&self.state)
+                .instances
+                .values()
+                .find(|r| r.vf.is_some_and(|vf| vfs.contains(&vf)))
+            {
+                return Err(EngineError::VfCarriesInstance {
+                    pf: address.to_string(),
+                    vf: record.vf.map(|vf| vf.to_string()).unwrap_or_default(),
+                    uuid: record.uuid.clone(),
+                });
+            }
+        }
+        self.host.set_num_vfs(address, pf.num_vfs, num_vfs)?;
+        Ok(self.host.vfs_of(address))
     }
 
     /// Waits (bounded by `timeout`, default [`EngineConfig::readiness_timeout`]) until `parent`
@@ -718,34 +1052,572 @@ impl Engine {
         parent: &str,
         timeout: Option<Duration>,
     ) -> Result<(), EngineError> {
-        let _ = (parent, timeout);
-        todo!()
+        names::check_sysfs_name("parent", parent)?;
+        let mdev_path = layout::mdev_parent(parent);
+        let pci_path = parent
+            .parse::<PciAddress>()
+            .ok()
+            .map(|a| layout::pci_device(&a));
+        let ready = || {
+            self.fs().exists(&mdev_path) || pci_path.as_ref().is_some_and(|p| self.fs().exists(p))
+        };
+        self.poll_until(parent, &mdev_path, timeout, ready)
+    }
+
+    /// Waits for `path` (the thing `parent` needs) to exist, bounded. A parent the host has never
+    /// heard of (no PCI device, no record) is unknown at once rather than waited for.
+    pub(crate) fn wait_for_path(
+        &self,
+        parent: &str,
+        path: &Path,
+        timeout: Option<Duration>,
+    ) -> Result<(), EngineError> {
+        if self.fs().exists(path) {
+            return Ok(());
+        }
+        let expected = parent
+            .parse::<PciAddress>()
+            .is_ok_and(|a| self.fs().exists(&layout::pci_device(&a)))
+            || {
+                let state = lock(&self.state);
+                state.parents.contains_key(parent)
+                    || state.instances.values().any(|r| r.parent == parent)
+            };
+        if !expected {
+            return Err(EngineError::UnknownParent {
+                parent: parent.to_owned(),
+            });
+        }
+        self.poll_until(parent, path, timeout, || self.fs().exists(path))
+    }
+
+    fn poll_until(
+        &self,
+        parent: &str,
+        path: &Path,
+        timeout: Option<Duration>,
+        ready: impl Fn() -> bool,
+    ) -> Result<(), EngineError> {
+        let waited = timeout.unwrap_or(self.config.readiness_timeout);
+        let deadline = Instant::now() + waited;
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(EngineError::ParentNotReady {
+                    parent: parent.to_owned(),
+                    path: path.to_owned(),
+                    waited,
+                });
+            }
+            std::thread::sleep(self.config.poll_interval.min(deadline - now));
+        }
     }
 
     /// Subscribes to engine events.
     pub fn subscribe(&self) -> EventSubscription {
-        todo!()
+        let (sender, receiver) = mpsc::channel();
+        lock(&self.subscribers).push(sender);
+        EventSubscription { receiver }
     }
 
-    /// Applies one host event to the model and emits the matching [`EngineEvent`]s.
-    pub fn handle_host_event(&self, event: &HostEvent) {
-        let _ = event;
-        todo!()
-    }
-
-    /// Runs a thread feeding `source` into [`Engine::handle_host_event`] until the source
-    /// closes or `stop` is set.
-    pub fn spawn_hotplug(
-        self: &Arc<Self>,
-        source: Box<dyn HostEvents>,
-        stop: Arc<std::sync::atomic::AtomicBool>,
-    ) -> std::thread::JoinHandle<()> {
-        let _ = (source, stop);
-        todo!()
+    pub(crate) fn emit(&self, event: EngineEvent) {
+        // A send fails only for a dropped subscription, which is how unsubscribing works.
+        lock(&self.subscribers).retain(|subscriber| subscriber.send(event.clone()).is_ok());
     }
 
     /// How many sysfs writes are still blocked in the kernel after timing out.
     pub fn stuck_writes(&self) -> usize {
-        todo!()
+        self.host.writer.stuck()
+    }
+
+    /// Re-reads the profiles directory. Returns how many profiles are loaded.
+    pub fn reload_profiles(&self) -> Result<usize, EngineError> {
+        let loaded = profiles::ProfileSet::load(self.files.as_ref(), &self.config.profiles_dir)?;
+        let count = loaded.len();
+        *self
+            .profiles
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = loaded;
+        Ok(count)
+    }
+
+    /// The loaded profiles, sorted by name.
+    pub fn profiles(&self) -> Vec<ProfileSummary> {
+        self.profiles
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .summaries()
+    }
+
+    // ---- internals shared with claims, reconcile, hotplug and import ----
+
+    pub(crate) fn parent_lock(&self, parent: &str) -> Arc<Mutex<()>> {
+        Arc::clone(
+            lock(&self.parent_locks)
+                .entry(parent.to_owned())
+                .or_default(),
+        )
+    }
+
+    /// Applies a change to the state and saves it atomically before returning.
+    pub(crate) fn update_state<R>(
+        &self,
+        change: impl FnOnce(&mut StateFile) -> R,
+    ) -> Result<R, EngineError> {
+        let mut state = lock(&self.state);
+        let result = change(&mut state);
+        state::save(self.files.as_ref(), &self.config.state_dir, &state)?;
+        Ok(result)
+    }
+
+    pub(crate) fn record(&self, key: &str) -> Result<InstanceRecord, EngineError> {
+        lock(&self.state)
+            .instances
+            .get(key)
+            .cloned()
+            .ok_or_else(|| EngineError::UnknownInstance {
+                uuid: key.to_owned(),
+            })
+    }
+
+    /// Whether a record's device exists on the host now.
+    pub(crate) fn is_active(&self, record: &InstanceRecord) -> bool {
+        match record.kind {
+            InstanceKind::Mdev => names::parse_uuid(&record.uuid)
+                .is_ok_and(|uuid| self.fs().exists(&layout::mdev_device(&uuid))),
+            InstanceKind::Vf => record.vf.is_some_and(|vf| {
+                discovery::link_target_name(self.fs(), &layout::pci_device(&vf).join("driver"))
+                    .as_deref()
+                    == Some(lifecycle::VFIO_PCI)
+            }),
+            InstanceKind::NvidiaVf => record.vf.is_some_and(|vf| {
+                discovery::read_nvidia_vf(self.fs(), vf)
+                    .is_some_and(|nv| nv.current_type.to_string() == record.type_id)
+            }),
+        }
+    }
+
+    pub(crate) fn info_of(&self, record: &InstanceRecord) -> InstanceInfo {
+        let active = self.is_active(record);
+        let (sysfs_path, iommu_group) = match (record.kind, record.vf) {
+            (InstanceKind::Mdev, _) => {
+                let path = names::parse_uuid(&record.uuid)
+                    .map(|uuid| layout::mdev_device(&uuid))
+                    .unwrap_or_else(|_| Path::new(layout::MDEV_DEVICES).to_owned());
+                let group = if active {
+                    discovery::iommu_group_of(self.fs(), &path)
+                } else {
+                    None
+                };
+                (path, group)
+            }
+            (_, Some(vf)) => {
+                let path = layout::pci_device(&vf);
+                let group = discovery::iommu_group_of(self.fs(), &path);
+                (path, group)
+            }
+            (_, None) => (PathBuf::new(), None),
+        };
+        InstanceInfo {
+            uuid: record.uuid.clone(),
+            kind: record.kind,
+            parent: record.parent.clone(),
+            type_id: record.type_id.clone(),
+            profile: record.profile.clone(),
+            owner: Some(record.owner),
+            active,
+            persistent: record.persistent,
+            autostart: record.autostart,
+            claim: record.claim.clone(),
+            scheduling: record.scheduling,
+            vf: record.vf,
+            iommu_group,
+            sysfs_path,
+        }
+    }
+
+    /// Refuses an mdev create on a type with no room (checked under the parent lock, so
+    /// concurrent creates cannot both see the last instance).
+    fn check_capacity(&self, parent: &str, type_id: &str) -> Result<(), EngineError> {
+        let dir = layout::mdev_type(parent, type_id);
+        if !self.fs().exists(&dir) {
+            return Err(EngineError::UnknownType {
+                parent: parent.to_owned(),
+                type_id: type_id.to_owned(),
+            });
+        }
+        let path = dir.join("available_instances");
+        let text = self.fs().read(&path).map_err(|source| EngineError::Sysfs {
+            op: "read",
+            path: path.clone(),
+            source,
+        })?;
+        let available: u32 = text.trim().parse().map_err(|_| EngineError::Sysfs {
+            op: "read",
+            path: path.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not a count: {text:?}"),
+            ),
+        })?;
+        if available == 0 {
+            return Err(EngineError::NoCapacity {
+                what: format!("type {type_id} on {parent}"),
+                detail: "available_instances is 0".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Picks a free VF of `pf` that can host NVIDIA type `type_id` (preferring `preferred`).
+    fn pick_nvidia_vf(
+        &self,
+        pf: PciAddress,
+        type_id: u32,
+        preferred: Option<PciAddress>,
+    ) -> Result<PciAddress, EngineError> {
+        let sriov =
+            discovery::read_sriov_pf(self.fs(), pf).ok_or_else(|| EngineError::NotSupported {
+                what: format!("NVIDIA vGPU on {pf}"),
+                reason: "it has no SR-IOV VFs".into(),
+            })?;
+        let taken: HashSet<PciAddress> = lock(&self.state)
+            .instances
+            .values()
+            .filter_map(|r| r.vf)
+            .collect();
+        let mut listed = false;
+        let mut candidates: Vec<PciAddress> = Vec::new();
+        for vf in &sriov.vfs {
+            let Some(nvidia) = &vf.nvidia else { continue };
+            if !nvidia.creatable.iter().any(|t| t.id == type_id) {
+                continue;
+            }
+            listed = true;
+            if nvidia.current_type == 0 && !taken.contains(&vf.function.address) {
+                candidates.push(vf.function.address);
+            }
+        }
+        if let Some(preferred) = preferred.filter(|p| candidates.contains(p)) {
+            return Ok(preferred);
+        }
+        if let Some(first) = candidates.first() {
+            return Ok(*first);
+        }
+        if listed || sriov.vfs.iter().any(|vf| vf.nvidia.is_some()) {
+            Err(EngineError::NoCapacity {
+                what: format!("NVIDIA vGPU type {type_id} on {pf}"),
+                detail: format!("no free VF of {pf} lists type {type_id} in creatable_vgpu_types"),
+            })
+        } else {
+            Err(EngineError::NotSupported {
+                what: format!("NVIDIA vGPU on {pf}"),
+                reason: "its VFs have no nvidia/current_vgpu_type (VFs not enabled, or not an NVIDIA SR-IOV vGPU)".into(),
+            })
+        }
+    }
+
+    /// Creates one instance. `claim` is recorded with it when given.
+    pub(crate) fn create_one(
+        &self,
+        request: &CreateRequest,
+        claim: Option<Claim>,
+    ) -> Result<InstanceRecord, EngineError> {
+        let uuid = match &request.uuid {
+            Some(text) => names::parse_uuid(text)?,
+            None => uuid::Uuid::new_v4(),
+        };
+        let key = uuid.to_string();
+        for (name, value) in &request.attributes {
+            names::check_attribute_name(name)?;
+            names::check_sysfs_value(name, value)?;
+        }
+        check_scheduling(&request.scheduling)?;
+        let _reservation = {
+            let state = lock(&self.state);
+            let mut reserved = lock(&self.reserved);
+            if state.instances.contains_key(&key) || !reserved.insert(key.clone()) {
+                return Err(EngineError::AlreadyExists { uuid: key });
+            }
+            Reservation {
+                engine: self,
+                uuid: key.clone(),
+            }
+        };
+        let (target, profile) = match &request.target {
+            CreateTarget::Profile { profile, parent } => (
+                self.resolve_profile(profile, parent.as_deref())?,
+                Some(profile.clone()),
+            ),
+            other => (other.clone(), None),
+        };
+        let mut record = InstanceRecord {
+            uuid: key.clone(),
+            kind: InstanceKind::Mdev,
+            parent: String::new(),
+            type_id: String::new(),
+            profile,
+            owner: Owner::CreatedByUs,
+            autostart: request.autostart,
+            persistent: request.persistent || request.autostart,
+            claim,
+            scheduling: request.scheduling,
+            attributes: request.attributes.clone(),
+            vf: None,
+            previous_driver: None,
+        };
+        match &target {
+            CreateTarget::Mdev { parent, type_id } => {
+                names::check_sysfs_name("parent", parent)?;
+                names::check_sysfs_name("mdev type", type_id)?;
+                self.wait_for_path(parent, &layout::mdev_parent(parent), None)?;
+                let parent_lock = self.parent_lock(parent);
+                let _serialized = lock(&parent_lock);
+                if self.fs().exists(&layout::mdev_device(&uuid)) {
+                    return Err(EngineError::AlreadyExists { uuid: key });
+                }
+                self.check_capacity(parent, type_id)?;
+                self.host
+                    .create_mdev(parent, type_id, &uuid, &request.attributes)?;
+                record.parent = parent.clone();
+                record.type_id = type_id.clone();
+                self.commit_new(&record)?;
+            }
+            CreateTarget::Vf { pf, vf } => {
+                if !request.attributes.is_empty() {
+                    return Err(EngineError::InvalidArgument {
+                        what: "attributes",
+                        value: format!("{:?}", request.attributes),
+                        reason: "a VF bound to vfio-pci takes no vendor attributes".into(),
+                    });
+                }
+                let pf: PciAddress = pf.parse()?;
+                let wanted: Option<PciAddress> = vf.as_deref().map(str::parse).transpose()?;
+                self.wait_for_path(&pf.to_string(), &layout::pci_device(&pf), None)?;
+                let parent_lock = self.parent_lock(&pf.to_string());
+                let _serialized = lock(&parent_lock);
+                let chosen = self.pick_free_vf(pf, wanted)?;
+                record.kind = InstanceKind::Vf;
+                record.parent = pf.to_string();
+                record.type_id = lifecycle::VFIO_PCI.to_owned();
+                record.vf = Some(chosen);
+                record.previous_driver = self.host.bind_vfio(chosen)?;
+                self.commit_new(&record)?;
+            }
+            CreateTarget::NvidiaVf { pf, type_id } => {
+                let pf: PciAddress = pf.parse()?;
+                self.wait_for_path(&pf.to_string(), &layout::pci_device(&pf), None)?;
+                let parent_lock = self.parent_lock(&pf.to_string());
+                let _serialized = lock(&parent_lock);
+                let vf = self.pick_nvidia_vf(pf, *type_id, None)?;
+                self.host.set_nvidia_vgpu(vf, *type_id)?;
+                record.kind = InstanceKind::NvidiaVf;
+                record.parent = pf.to_string();
+                record.type_id = type_id.to_string();
+                record.vf = Some(vf);
+                if let Err(error) = self.write_vf_attributes(vf, &request.attributes) {
+                    let rollback = self
+                        .host
+                        .clear_nvidia_vgpu(vf)
+                        .err()
+                        .map(|e| format!("clearing vGPU on VF {vf}: {e}"));
+                    return Err(EngineError::Batch {
+                        step: format!("writing attributes of NVIDIA vGPU {key} on VF {vf}"),
+                        source: Box::new(error),
+                        rollback_failures: rollback.into_iter().collect(),
+                    });
+                }
+                self.commit_new(&record)?;
+            }
+            CreateTarget::Profile { profile, .. } => {
+                return Err(EngineError::Profile {
+                    profile: profile.clone(),
+                    reason: "resolves to another profile, which is not allowed".into(),
+                });
+            }
+        }
+        self.emit(EngineEvent::InstanceAdded { uuid: key });
+        self.emit(EngineEvent::ParentChanged {
+            parent: record.parent.clone(),
+        });
+        Ok(record)
+    }
+
+    fn write_vf_attributes(
+        &self,
+        vf: PciAddress,
+        attributes: &[(String, String)],
+    ) -> Result<(), EngineError> {
+        for (name, value) in attributes {
+            self.host
+                .write(&layout::pci_device(&vf).join(name), value)?;
+        }
+        Ok(())
+    }
+
+    /// Records a new instance. If the state cannot be saved the device is removed again, so
+    /// nothing exists that the state does not know.
+    fn commit_new(&self, record: &InstanceRecord) -> Result<(), EngineError> {
+        let saved = self.update_state(|state| {
+            state.instances.insert(record.uuid.clone(), record.clone());
+        });
+        if let Err(error) = saved {
+            lock(&self.state).instances.remove(&record.uuid);
+            let rollback = self
+                .remove_device(record)
+                .err()
+                .map(|e| format!("removing {} {}: {e}", record.kind, record.uuid));
+            return Err(EngineError::Batch {
+                step: format!("recording {} {}", record.kind, record.uuid),
+                source: Box::new(error),
+                rollback_failures: rollback.into_iter().collect(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A VF of `pf` that no instance uses and no driver other than its own holds for a guest.
+    fn pick_free_vf(
+        &self,
+        pf: PciAddress,
+        wanted: Option<PciAddress>,
+    ) -> Result<PciAddress, EngineError> {
+        let sriov =
+            discovery::read_sriov_pf(self.fs(), pf).ok_or_else(|| EngineError::NotSupported {
+                what: format!("assigning a VF of {pf}"),
+                reason: "it has no sriov_totalvfs (not SR-IOV capable)".into(),
+            })?;
+        let taken: HashSet<PciAddress> = lock(&self.state)
+            .instances
+            .values()
+            .filter_map(|r| r.vf)
+            .collect();
+        let is_free = |vf: &VirtualFunction| {
+            !taken.contains(&vf.function.address)
+                && vf.function.driver.as_deref() != Some(lifecycle::VFIO_PCI)
+                && vf.nvidia.as_ref().is_none_or(|nv| nv.current_type == 0)
+        };
+        if let Some(wanted) = wanted {
+            let vf = sriov
+                .vfs
+                .iter()
+                .find(|vf| vf.function.address == wanted)
+                .ok_or_else(|| EngineError::InvalidArgument {
+                    what: "VF",
+                    value: wanted.to_string(),
+                    reason: format!("not an enabled VF of {pf}"),
+                })?;
+            if !is_free(vf) {
+                return Err(EngineError::VfCarriesInstance {
+                    pf: pf.to_string(),
+                    vf: wanted.to_string(),
+                    uuid: lock(&self.state)
+                        .instances
+                        .values()
+                        .find(|r| r.vf == Some(wanted))
+                        .map_or_else(
+                            || "(bound to vfio-pci outside mdev-manager)".to_owned(),
+                            |r| r.uuid.clone(),
+                        ),
+                });
+            }
+            return Ok(wanted);
+        }
+        sriov
+            .vfs
+            .iter()
+            .find(|vf| is_free(vf))
+            .map(|vf| vf.function.address)
+            .ok_or_else(|| EngineError::NoCapacity {
+                what: format!("a VF of {pf}"),
+                detail: format!(
+                    "{} of {} VFs enabled, none free",
+                    sriov.num_vfs, sriov.total_vfs
+                ),
+            })
+    }
+
+    fn resolve_profile(
+        &self,
+        profile: &str,
+        parent: Option<&str>,
+    ) -> Result<CreateTarget, EngineError> {
+        if let Some(parent) = parent {
+            names::check_sysfs_name("parent", parent)?;
+        }
+        let inventory = self.inventory()?;
+        let profiles = self
+            .profiles
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        profiles.resolve(profile, parent, &inventory)
+    }
+}
+
+fn check_scheduling(scheduling: &Scheduling) -> Result<(), EngineError> {
+    if let Some(weight) = scheduling.weight {
+        if !(1..=10_000).contains(&weight) {
+            return Err(EngineError::InvalidArgument {
+                what: "weight",
+                value: weight.to_string(),
+                reason: "must be 1..=10000".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn missing_vf(record: &InstanceRecord) -> EngineError {
+    EngineError::InvalidArgument {
+        what: "instance record",
+        value: record.uuid.clone(),
+        reason: format!("a {} instance without a VF address", record.kind),
+    }
+}
+
+pub(crate) fn claimed(uuid: &str, claim: &Claim) -> EngineError {
+    EngineError::Claimed {
+        uuid: uuid.to_owned(),
+        domain_name: claim.domain_name.clone(),
+        domain_uuid: claim.domain_uuid.clone(),
+    }
+}
+
+fn describe_target(target: &CreateTarget) -> String {
+    match target {
+        CreateTarget::Mdev { parent, type_id } => format!("mdev type {type_id} on {parent}"),
+        CreateTarget::Profile {
+            profile,
+            parent: Some(parent),
+        } => format!("profile {profile} on {parent}"),
+        CreateTarget::Profile {
+            profile,
+            parent: None,
+        } => format!("profile {profile}"),
+        CreateTarget::Vf { pf, vf: Some(vf) } => format!("VF {vf} of {pf}"),
+        CreateTarget::Vf { pf, vf: None } => format!("a VF of {pf}"),
+        CreateTarget::NvidiaVf { pf, type_id } => format!("NVIDIA vGPU type {type_id} on {pf}"),
+    }
+}
+
+pub(crate) fn unmanaged_info(mdev: &MdevDevice) -> InstanceInfo {
+    InstanceInfo {
+        uuid: mdev.uuid.clone(),
+        kind: InstanceKind::Mdev,
+        parent: mdev.parent.clone(),
+        type_id: mdev.type_id.clone(),
+        profile: None,
+        owner: None,
+        active: true,
+        persistent: false,
+        autostart: false,
+        claim: None,
+        scheduling: Scheduling::default(),
+        vf: None,
+        iommu_group: mdev.iommu_group,
+        sysfs_path: Path::new(layout::MDEV_DEVICES).join(&mdev.uuid),
     }
 }

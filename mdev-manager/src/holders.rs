@@ -75,7 +75,7 @@ pub fn find_holders(host: &dyn HostFs, nodes: &[PathBuf]) -> Vec<Holder> {
             let Ok(target) = host.read_link(&fd_dir.join(&fd)) else {
                 continue;
             };
-            if nodes.iter().any(|node| *node == target) && !held.contains(&target) {
+            if nodes.contains(&target) && !held.contains(&target) {
                 held.push(target);
             }
         }

@@ -9,6 +9,9 @@ pub mod error;
 pub mod holders;
 pub mod host;
 pub mod hotplug;
+pub mod import;
+pub mod lifecycle;
+pub mod reconcile;
 pub mod sim;
 pub mod state;
 

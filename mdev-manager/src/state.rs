@@ -65,6 +65,10 @@ pub struct Claim {
     pub domain_uuid: String,
     /// Whether the instance was created for this claim and is destroyed on release.
     pub transient: bool,
+    /// Whether the claim started a defined (inactive) persistent instance, which release stops
+    /// again unless it is autostart.
+    #[serde(default)]
+    pub started_by_claim: bool,
 }
 
 /// Per-instance scheduling fields (interpreted by `vgpu-sched`; stored here untouched).

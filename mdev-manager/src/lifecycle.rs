@@ -1,0 +1,324 @@
+//! Lifecycle steps on the host: create/remove mdevs, set VF counts, bind VFs to `vfio-pci`
+//! and back, set NVIDIA VF vGPU types. Each step is one short sequence of sysfs writes with the
+//! kernel's rules (ordering, `0` before a new VF count) and refuses before writing anything when
+//! a process holds the device.
+//!
+//! Writes that can block in the kernel go through a [`BoundedWriter`]: the write runs on its own
+//! thread and the caller waits at most the configured timeout; a write still stuck afterwards is
+//! counted (and refused new company once too many are stuck), never forgotten.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::discovery::{self, layout, names::PciAddress};
+use crate::engine::EngineError;
+use crate::holders;
+use crate::host::HostFs;
+
+/// The driver VFs are bound to for assignment.
+pub const VFIO_PCI: &str = "vfio-pci";
+
+/// How many writes may stay blocked in the kernel before new blocking writes are refused.
+pub const MAX_STUCK_WRITES: usize = 4;
+
+/// Runs sysfs writes on worker threads with a timeout.
+#[derive(Debug, Clone)]
+pub struct BoundedWriter {
+    host: Arc<dyn HostFs>,
+    timeout: Duration,
+    stuck: Arc<AtomicUsize>,
+}
+
+impl BoundedWriter {
+    /// A writer over `host` that waits at most `timeout` per write.
+    pub fn new(host: Arc<dyn HostFs>, timeout: Duration) -> Self {
+        Self {
+            host,
+            timeout,
+            stuck: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Writes still blocked in the kernel after their caller gave up.
+    pub fn stuck(&self) -> usize {
+        self.stuck.load(Ordering::SeqCst)
+    }
+
+    /// Writes `data` to `path`, waiting at most the timeout.
+    pub fn write(&self, path: &Path, data: &[u8]) -> Result<(), EngineError> {
+        let stuck = self.stuck();
+        if stuck >= MAX_STUCK_WRITES {
+            return Err(EngineError::TooManyStuckWrites {
+                stuck,
+                path: path.to_owned(),
+            });
+        }
+        let slot = Arc::new((Mutex::new(WriteSlot::default()), Condvar::new()));
+        let host = Arc::clone(&self.host);
+        let thread_path = path.to_owned();
+        let thread_data = data.to_vec();
+        let thread_slot = Arc::clone(&slot);
+        let thread_stuck = Arc::clone(&self.stuck);
+        // The worker owns everything it needs, so an abandoned write can finish (or stay
+        // blocked) without borrowing from the caller.
+        let spawned = std::thread::Builder::new()
+            .name("sysfs-write".into())
+            .spawn(move || {
+                let result = host.write(&thread_path, &thread_data);
+                let (lock, ready) = &*thread_slot;
+                let mut slot = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if slot.abandoned {
+                    // The caller gave up and counted this write as stuck; it is not any more.
+                    thread_stuck.fetch_sub(1, Ordering::SeqCst);
+                } else {
+                    slot.result = Some(result);
+                    ready.notify_all();
+                }
+            });
+        if let Err(source) = spawned {
+            return Err(EngineError::Sysfs {
+                op: "write",
+                path: path.to_owned(),
+                source,
+            });
+        }
+        let (lock, ready) = &*slot;
+        let guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (mut guard, _) = ready
+            .wait_timeout_while(guard, self.timeout, |slot| slot.result.is_none())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match guard.result.take() {
+            Some(result) => result.map_err(|source| EngineError::Sysfs {
+                op: "write",
+                path: path.to_owned(),
+                source,
+            }),
+            None => {
+                // Under the slot's lock, so the worker sees `abandoned` exactly when it was counted.
+                guard.abandoned = true;
+                self.stuck.fetch_add(1, Ordering::SeqCst);
+                Err(EngineError::WriteTimedOut {
+                    path: path.to_owned(),
+                    timeout: self.timeout,
+                })
+            }
+        }
+    }
+}
+
+/// Hand-over between a bounded write's worker and its caller.
+#[derive(Debug, Default)]
+struct WriteSlot {
+    result: Option<std::io::Result<()>>,
+    abandoned: bool,
+}
+
+/// The host plus the writer: what every lifecycle step needs.
+#[derive(Debug, Clone)]
+pub struct Host {
+    /// File operations.
+    pub fs: Arc<dyn HostFs>,
+    /// Bounded writes.
+    pub writer: BoundedWriter,
+}
+
+impl Host {
+    /// Writes a text value (validated by the caller) to a sysfs attribute.
+    pub fn write(&self, path: &Path, value: &str) -> Result<(), EngineError> {
+        self.writer.write(path, value.as_bytes())
+    }
+
+    fn refuse_if_held(&self, what: String, nodes: Vec<PathBuf>) -> Result<(), EngineError> {
+        let holders = holders::find_holders(self.fs.as_ref(), &nodes);
+        if holders.is_empty() {
+            Ok(())
+        } else {
+            Err(EngineError::InUse { what, holders })
+        }
+    }
+
+    /// Refuses when a process holds the mdev's group node or cdev.
+    pub fn check_mdev_not_held(&self, uuid: &uuid::Uuid) -> Result<(), EngineError> {
+        let dir = layout::mdev_device(uuid);
+        let group = discovery::iommu_group_of(self.fs.as_ref(), &dir);
+        let cdev = discovery::list_sorted(self.fs.as_ref(), &dir.join("vfio-dev"))
+            .ok()
+            .and_then(|names| names.into_iter().next());
+        self.refuse_if_held(
+            format!("mdev {uuid}"),
+            holders::device_nodes(group, cdev.as_deref()),
+        )
+    }
+
+    /// Refuses when a process holds the PCI function's group node or cdev.
+    pub fn check_pci_not_held(&self, address: PciAddress) -> Result<(), EngineError> {
+        let dir = layout::pci_device(&address);
+        let group = discovery::iommu_group_of(self.fs.as_ref(), &dir);
+        let cdev = discovery::pci_vfio_device(self.fs.as_ref(), address);
+        self.refuse_if_held(
+            format!("PCI device {address}"),
+            holders::device_nodes(group, cdev.as_deref()),
+        )
+    }
+
+    /// Creates an mdev and writes its vendor attributes in order. If an attribute write fails,
+    /// the new mdev is removed again (and a failing removal is reported with the cause).
+    pub fn create_mdev(
+        &self,
+        parent: &str,
+        type_id: &str,
+        uuid: &uuid::Uuid,
+        attributes: &[(String, String)],
+    ) -> Result<(), EngineError> {
+        self.write(
+            &layout::mdev_type(parent, type_id).join("create"),
+            &uuid.to_string(),
+        )?;
+        for (name, value) in attributes {
+            let path = layout::mdev_device(uuid).join(name);
+            if let Err(error) = self.write(&path, value) {
+                let rollback = self
+                    .remove_mdev(uuid)
+                    .err()
+                    .map(|e| format!("removing mdev {uuid}: {e}"));
+                return Err(EngineError::Batch {
+                    step: format!("writing attribute {name} of mdev {uuid}"),
+                    source: Box::new(error),
+                    rollback_failures: rollback.into_iter().collect(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes an mdev after checking nobody holds it.
+    pub fn remove_mdev(&self, uuid: &uuid::Uuid) -> Result<(), EngineError> {
+        self.check_mdev_not_held(uuid)?;
+        self.write(&layout::mdev_device(uuid).join("remove"), "1")
+    }
+
+    /// Sets a PF's VF count: autoprobe off, `0` first when changing a non-zero count, then `n`.
+    /// Refuses when any current VF is held (the kernel would block).
+    pub fn set_num_vfs(
+        &self,
+        pf: PciAddress,
+        current: u32,
+        num_vfs: u32,
+    ) -> Result<(), EngineError> {
+        if current == num_vfs {
+            return Ok(());
+        }
+        let dir = layout::pci_device(&pf);
+        if current > 0 {
+            for vf in self.vfs_of(pf) {
+                self.check_pci_not_held(vf)?;
+            }
+        }
+        let autoprobe = dir.join("sriov_drivers_autoprobe");
+        if self.fs.exists(&autoprobe) {
+            self.write(&autoprobe, "0")?;
+        }
+        let numvfs = dir.join("sriov_numvfs");
+        if current > 0 {
+            self.write(&numvfs, "0")?;
+        }
+        if num_vfs > 0 {
+            self.write(&numvfs, &num_vfs.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The addresses of a PF's enabled VFs, by index.
+    pub fn vfs_of(&self, pf: PciAddress) -> Vec<PciAddress> {
+        discovery::read_sriov_pf(self.fs.as_ref(), pf)
+            .map(|pf| pf.vfs.into_iter().map(|vf| vf.function.address).collect())
+            .unwrap_or_default()
+    }
+
+    /// Binds a VF to `vfio-pci` (override, unbind the current driver, probe). Returns the driver
+    /// it had before (given back by [`Host::unbind_vfio`]).
+    pub fn bind_vfio(&self, vf: PciAddress) -> Result<Option<String>, EngineError> {
+        let dir = layout::pci_device(&vf);
+        let previous = discovery::link_target_name(self.fs.as_ref(), &dir.join("driver"));
+        if previous.as_deref() == Some(VFIO_PCI) {
+            return Ok(None);
+        }
+        self.write(&dir.join("driver_override"), VFIO_PCI)?;
+        let bound = (|| {
+            if let Some(driver) = &previous {
+                self.check_pci_not_held(vf)?;
+                self.write(&layout::pci_driver_file(driver, "unbind"), &vf.to_string())?;
+            }
+            self.write(Path::new(layout::PCI_DRIVERS_PROBE), &vf.to_string())?;
+            let now = discovery::link_target_name(self.fs.as_ref(), &dir.join("driver"));
+            if now.as_deref() != Some(VFIO_PCI) {
+                return Err(EngineError::NotSupported {
+                    what: format!("binding VF {vf} to {VFIO_PCI}"),
+                    reason: format!(
+                        "after probing, its driver is {}",
+                        now.as_deref().unwrap_or("none")
+                    ),
+                });
+            }
+            Ok(())
+        })();
+        if let Err(error) = bound {
+            // Leave the VF as we found it: no override, and its old driver back if we took it.
+            let _ = self.write(&dir.join("driver_override"), "\n");
+            if previous.is_some()
+                && discovery::link_target_name(self.fs.as_ref(), &dir.join("driver")).is_none()
+            {
+                let _ = self.write(Path::new(layout::PCI_DRIVERS_PROBE), &vf.to_string());
+            }
+            return Err(error);
+        }
+        Ok(previous)
+    }
+
+    /// Unbinds a VF from `vfio-pci`, clears the override and gives it back to `previous_driver`
+    /// (by probing) when it had one.
+    pub fn unbind_vfio(
+        &self,
+        vf: PciAddress,
+        previous_driver: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let dir = layout::pci_device(&vf);
+        if !self.fs.exists(&dir) {
+            return Ok(());
+        }
+        self.check_pci_not_held(vf)?;
+        if discovery::link_target_name(self.fs.as_ref(), &dir.join("driver")).as_deref()
+            == Some(VFIO_PCI)
+        {
+            self.write(
+                &layout::pci_driver_file(VFIO_PCI, "unbind"),
+                &vf.to_string(),
+            )?;
+        }
+        // An empty line clears the override (what `echo "" > driver_override` writes).
+        self.write(&dir.join("driver_override"), "\n")?;
+        if previous_driver.is_some() {
+            self.write(Path::new(layout::PCI_DRIVERS_PROBE), &vf.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Creates an NVIDIA vGPU on a VF by writing its type id to `current_vgpu_type`.
+    pub fn set_nvidia_vgpu(&self, vf: PciAddress, type_id: u32) -> Result<(), EngineError> {
+        self.write(
+            &layout::pci_device(&vf).join("nvidia/current_vgpu_type"),
+            &type_id.to_string(),
+        )
+    }
+
+    /// Destroys the NVIDIA vGPU on a VF (writes `0`), after checking nobody holds the VF.
+    pub fn clear_nvidia_vgpu(&self, vf: PciAddress) -> Result<(), EngineError> {
+        self.check_pci_not_held(vf)?;
+        self.write(
+            &layout::pci_device(&vf).join("nvidia/current_vgpu_type"),
+            "0",
+        )
+    }
+}

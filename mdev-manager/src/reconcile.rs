@@ -1,0 +1,177 @@
+//! Reconcile on start: bring the host in line with the desired state and report every action.
+//!
+//! Order: pending releases first (they free devices), then VF counts (VF-based instances need
+//! their VFs), then instances: recreate autostart ones, record vanished ones, list unknown ones
+//! without touching them.
+
+use std::path::Path;
+
+use crate::discovery::{self, names, names::PciAddress};
+use crate::engine::{
+    lock, DestroyOptions, DomainRef, Engine, EngineError, EngineEvent, ReconcileAction,
+    ReconcileReport,
+};
+use crate::state::{InstanceRecord, PENDING_RELEASES_DIR};
+
+impl Engine {
+    /// Brings the host in line with the desired state (see [`ReconcileReport`]).
+    pub fn reconcile(&self) -> Result<ReconcileReport, EngineError> {
+        let mut report = ReconcileReport::default();
+        self.process_pending_releases(&mut report);
+        self.restore_vf_counts(&mut report);
+        self.reconcile_instances(&mut report)?;
+        Ok(report)
+    }
+
+    fn process_pending_releases(&self, report: &mut ReconcileReport) {
+        let dir = self.config.state_dir.join(PENDING_RELEASES_DIR);
+        let files = match self.files.list(&dir) {
+            Ok(files) => files,
+            Err(error) => {
+                report.actions.push(ReconcileAction::PendingReleaseFailed {
+                    file: dir.display().to_string(),
+                    error: format!("cannot list: {error}"),
+                });
+                return;
+            }
+        };
+        let mut names_sorted: Vec<String> = files
+            .into_iter()
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        names_sorted.sort();
+        for file in names_sorted {
+            match self.finish_pending_release(&dir, &file) {
+                Ok(action) => report.actions.push(action),
+                Err(error) => report
+                    .actions
+                    .push(ReconcileAction::PendingReleaseFailed { file, error }),
+            }
+        }
+    }
+
+    fn finish_pending_release(&self, dir: &Path, file: &str) -> Result<ReconcileAction, String> {
+        // The file name must be a domain UUID; anything else was not written by the hook and
+        // is left alone (never used to build a path beyond this directory listing).
+        let uuid = names::parse_uuid(file).map_err(|e| e.to_string())?;
+        let path = dir.join(file);
+        let name = self
+            .files
+            .read(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .map(|data| String::from_utf8_lossy(&data).trim().to_owned())
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| uuid.to_string());
+        let domain = DomainRef {
+            name,
+            uuid: uuid.to_string(),
+        };
+        let release = self.release_domain(&domain).map_err(|e| e.to_string())?;
+        if release.problems.is_empty() {
+            self.files
+                .remove(&path)
+                .map_err(|e| format!("released, but cannot delete {}: {e}", path.display()))?;
+            Ok(ReconcileAction::PendingReleaseDone {
+                domain_uuid: uuid.to_string(),
+                report: release,
+            })
+        } else {
+            // Keep the file so the next start tries again.
+            Err(format!(
+                "release of domain {} incomplete: {}",
+                domain.name,
+                release.problems.join("; ")
+            ))
+        }
+    }
+
+    fn restore_vf_counts(&self, report: &mut ReconcileReport) {
+        let wanted: Vec<(String, u32)> = lock(&self.state)
+            .parents
+            .iter()
+            .filter_map(|(name, parent)| Some((name.clone(), parent.num_vfs?)))
+            .collect();
+        for (pf, num_vfs) in wanted {
+            let result = (|| {
+                let address: PciAddress = pf.parse()?;
+                self.wait_for_path(&pf, &crate::discovery::layout::pci_device(&address), None)?;
+                let current = discovery::read_sriov_pf(self.fs(), address).map(|p| p.num_vfs);
+                if current == Some(num_vfs) {
+                    return Ok(false);
+                }
+                let parent_lock = self.parent_lock(&pf);
+                let _serialized = lock(&parent_lock);
+                self.set_num_vfs_locked(address, num_vfs, DestroyOptions::default())?;
+                Ok::<bool, EngineError>(true)
+            })();
+            match result {
+                Ok(true) => {
+                    report.actions.push(ReconcileAction::VfsRestored {
+                        pf: pf.clone(),
+                        num_vfs,
+                    });
+                    self.emit(EngineEvent::ParentChanged { parent: pf });
+                }
+                Ok(false) => {}
+                Err(error) => report.actions.push(ReconcileAction::VfsRestoreFailed {
+                    pf,
+                    error: error.to_string(),
+                }),
+            }
+        }
+    }
+
+    fn reconcile_instances(&self, report: &mut ReconcileReport) -> Result<(), EngineError> {
+        let records: Vec<InstanceRecord> = lock(&self.state).instances.values().cloned().collect();
+        for record in &records {
+            if self.is_active(record) {
+                continue;
+            }
+            if record.autostart {
+                match self.start_record(record) {
+                    Ok(_) => report.actions.push(ReconcileAction::Recreated {
+                        uuid: record.uuid.clone(),
+                    }),
+                    Err(error) => report.actions.push(ReconcileAction::RecreateFailed {
+                        uuid: record.uuid.clone(),
+                        error: error.to_string(),
+                    }),
+                }
+                continue;
+            }
+            // Gone while we were not looking. A transient instance (and any claim on it) is
+            // forgotten; a persistent one stays defined, unclaimed.
+            let forgotten = !record.persistent;
+            self.update_state(|state| {
+                if forgotten {
+                    state.instances.remove(&record.uuid);
+                } else if let Some(kept) = state.instances.get_mut(&record.uuid) {
+                    kept.claim = None;
+                }
+            })?;
+            self.emit(if forgotten {
+                EngineEvent::InstanceRemoved {
+                    uuid: record.uuid.clone(),
+                }
+            } else {
+                EngineEvent::InstanceChanged {
+                    uuid: record.uuid.clone(),
+                }
+            });
+            report.actions.push(ReconcileAction::Vanished {
+                uuid: record.uuid.clone(),
+                forgotten,
+            });
+        }
+        let known: Vec<String> = lock(&self.state).instances.keys().cloned().collect();
+        for mdev in discovery::discover(self.fs())?.mdevs {
+            if !known.contains(&mdev.uuid) {
+                report.actions.push(ReconcileAction::Unknown {
+                    id: mdev.uuid,
+                    parent: mdev.parent,
+                });
+            }
+        }
+        Ok(())
+    }
+}
