@@ -35,7 +35,7 @@ pub fn hostdev_xml(instance: &InstanceRecord) -> Result<String, HostdevError> {
              <source>\n    <address uuid='{}'/>\n  </source>\n</hostdev>\n",
             instance.uuid
         )),
-        instance_kind::VF => {
+        instance_kind::VF | instance_kind::NVIDIA_VF => {
             let bad = || HostdevError::BadPciAddress {
                 object: instance.object.clone(),
                 address: instance.pci_address.clone(),
@@ -68,19 +68,20 @@ mod tests {
     fn record(kind: &str, uuid: &str, pci: &str) -> InstanceRecord {
         InstanceRecord {
             object: "/o".into(),
-            kind: kind.into(),
             uuid: uuid.into(),
+            kind: kind.into(),
             pci_address: pci.into(),
-            parent_address: "0000:3b:00.0".into(),
+            parent: "0000:3b:00.0".into(),
             mdev_type: String::new(),
             profile: String::new(),
             active: true,
             persistent: false,
             autostart: false,
-            managed: true,
+            owner: "created".into(),
             holder: String::new(),
             holder_uuid: String::new(),
             iommu_group: 5,
+            weight: 0,
         }
     }
 

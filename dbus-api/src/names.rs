@@ -94,6 +94,8 @@ pub mod device_key {
 pub mod instance_kind {
     /// A VFIO mediated device (`/sys/bus/mdev/devices/<uuid>`).
     pub const MDEV: &str = "mdev";
-    /// An SR-IOV virtual function.
+    /// An SR-IOV virtual function bound to `vfio-pci`.
     pub const VF: &str = "vf";
+    /// An NVIDIA SR-IOV vGPU (a VF with a vGPU type set).
+    pub const NVIDIA_VF: &str = "nvidia-vf";
 }

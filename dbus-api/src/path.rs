@@ -7,8 +7,8 @@
 //! | object | path |
 //! |---|---|
 //! | parent | `/org/mdevmanager/VGpu1/parents/pci_0000_3b_00_0` |
-//! | mdev type | `/org/mdevmanager/VGpu1/parents/pci_0000_3b_00_0/types/nvidia_2d_5f558` |
-//! | instance | `/org/mdevmanager/VGpu1/instances/_<uuid with '-' as '_'>` or `.../instances/pci_0000_3b_00_4` |
+//! | mdev type | `/org/mdevmanager/VGpu1/parents/pci_0000_3b_00_0/types/nvidia_2d558` |
+//! | instance (mdev or VF) | `/org/mdevmanager/VGpu1/instances/_<uuid with '-' as '_'>` |
 //! | profile | `/org/mdevmanager/VGpu1/profiles/<escaped name>` |
 //! | job | `/org/mdevmanager/VGpu1/jobs/<n>` |
 

@@ -86,7 +86,10 @@ pub trait Manager {
     default_service = "org.mdevmanager.VGpu1"
 )]
 pub trait Parent {
-    /// PCI address (`0000:3b:00.0`), the key.
+    /// The parent's sysfs name, the key: its PCI address (`0000:3b:00.0`), or e.g. `mtty`.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn name(&self) -> zbus::Result<String>;
+    /// PCI address, empty for a non-PCI parent.
     #[zbus(property(emits_changed_signal = "const"))]
     fn pci_address(&self) -> zbus::Result<String>;
     /// PCI vendor id.
@@ -95,12 +98,12 @@ pub trait Parent {
     /// PCI device id.
     #[zbus(property(emits_changed_signal = "const"))]
     fn device_id(&self) -> zbus::Result<u16>;
-    /// Human-readable model name.
-    #[zbus(property)]
-    fn name(&self) -> zbus::Result<String>;
     /// Bound driver (`nvidia`, `i915`, ...), empty if none.
     #[zbus(property)]
     fn driver(&self) -> zbus::Result<String>;
+    /// NUMA node, -1 when the platform does not say.
+    #[zbus(property)]
+    fn numa_node(&self) -> zbus::Result<i32>;
     /// How it can be split: `mdev`, `sriov`.
     #[zbus(property)]
     fn modes(&self) -> zbus::Result<Vec<String>>;
@@ -153,15 +156,15 @@ pub trait MdevType {
     /// The parent object.
     #[zbus(property(emits_changed_signal = "const"))]
     fn parent(&self) -> zbus::Result<OwnedObjectPath>;
-    /// The parent's PCI address.
+    /// The parent's sysfs name.
     #[zbus(property(emits_changed_signal = "const"))]
-    fn parent_address(&self) -> zbus::Result<String>;
+    fn parent_name(&self) -> zbus::Result<String>;
     /// `available_instances` now.
     #[zbus(property)]
     fn available_instances(&self) -> zbus::Result<u32>;
-    /// The catalog profile this type matches, empty if none.
+    /// The instances of this type.
     #[zbus(property)]
-    fn profile(&self) -> zbus::Result<String>;
+    fn instances(&self) -> zbus::Result<Vec<OwnedObjectPath>>;
 }
 
 /// `org.mdevmanager.VGpu1.Instance`: an mdev or a VF the service knows.
@@ -170,39 +173,39 @@ pub trait MdevType {
     default_service = "org.mdevmanager.VGpu1"
 )]
 pub trait Instance {
-    /// The mdev UUID (the key of an mdev; empty for a VF).
+    /// The UUID, the key (for VF kinds, the handle the service gave the VF).
     #[zbus(property(emits_changed_signal = "const"))]
     fn uuid(&self) -> zbus::Result<String>;
-    /// `mdev` or `vf`.
+    /// `mdev`, `vf` or `nvidia-vf`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn kind(&self) -> zbus::Result<String>;
-    /// The VF's own PCI address (the key of a VF; empty for an mdev).
-    #[zbus(property(emits_changed_signal = "const"))]
+    /// The VF's PCI address for VF kinds, empty for an mdev.
+    #[zbus(property)]
     fn pci_address(&self) -> zbus::Result<String>;
     /// The parent object.
     #[zbus(property(emits_changed_signal = "const"))]
     fn parent(&self) -> zbus::Result<OwnedObjectPath>;
-    /// The parent's PCI address.
+    /// The parent's sysfs name.
     #[zbus(property(emits_changed_signal = "const"))]
-    fn parent_address(&self) -> zbus::Result<String>;
-    /// The mdev type id (`nvidia-558`), empty for a VF.
+    fn parent_name(&self) -> zbus::Result<String>;
+    /// The mdev type id (NVIDIA type id for `nvidia-vf`, `vfio-pci` for a plain VF).
     #[zbus(property, name = "Type")]
     fn mdev_type(&self) -> zbus::Result<String>;
-    /// The profile it was created from, empty if unknown (a device created outside the service).
+    /// The profile it came from, empty if unknown.
     #[zbus(property)]
     fn profile(&self) -> zbus::Result<String>;
     /// Whether the device exists in the kernel now.
     #[zbus(property)]
     fn active(&self) -> zbus::Result<bool>;
-    /// Whether the service keeps its definition across reboots.
+    /// Whether the service keeps its definition when the device goes away.
     #[zbus(property)]
     fn persistent(&self) -> zbus::Result<bool>;
-    /// Whether it is created at boot.
+    /// Whether it is created when the service starts.
     #[zbus(property)]
     fn autostart(&self) -> zbus::Result<bool>;
-    /// Whether the service created it (and so may destroy it).
+    /// `created` (by the service), `adopted`, or empty for a device the service does not manage.
     #[zbus(property)]
-    fn managed(&self) -> zbus::Result<bool>;
+    fn owner(&self) -> zbus::Result<String>;
     /// The name of the domain holding it, empty if free.
     #[zbus(property)]
     fn holder(&self) -> zbus::Result<String>;
@@ -212,6 +215,9 @@ pub trait Instance {
     /// The IOMMU group number, -1 when not known (inactive).
     #[zbus(property)]
     fn iommu_group(&self) -> zbus::Result<i32>;
+    /// Scheduling weight, 0 when unset.
+    #[zbus(property)]
+    fn weight(&self) -> zbus::Result<u32>;
 
     /// Destroys it (removes the mdev or releases the VF) and forgets its definition; option
     /// `force b` destroys it even when a domain holds it.
@@ -237,15 +243,9 @@ pub trait Profile {
     /// The profile name, the key.
     #[zbus(property)]
     fn name(&self) -> zbus::Result<String>;
-    /// One-line description.
+    /// Its description, empty if none.
     #[zbus(property)]
     fn description(&self) -> zbus::Result<String>;
-    /// Parents on this host that can host it.
-    #[zbus(property)]
-    fn parents(&self) -> zbus::Result<Vec<String>>;
-    /// How many more instances fit on this host now.
-    #[zbus(property)]
-    fn available(&self) -> zbus::Result<u32>;
 }
 
 /// `org.mdevmanager.VGpu1.Job`: a long operation.

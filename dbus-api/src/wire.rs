@@ -54,16 +54,18 @@ impl<'a> Props<'a> {
 pub struct ParentRecord {
     /// Object path.
     pub object: String,
-    /// PCI address.
+    /// sysfs name (the key): the PCI address, or e.g. `mtty`.
+    pub name: String,
+    /// PCI address, empty for a non-PCI parent.
     pub pci_address: String,
     /// PCI vendor id.
     pub vendor_id: u16,
     /// PCI device id.
     pub device_id: u16,
-    /// Model name.
-    pub name: String,
     /// Bound driver.
     pub driver: String,
+    /// NUMA node, -1 unknown.
+    pub numa_node: i32,
     /// `mdev`, `sriov`.
     pub modes: Vec<String>,
     /// mdev type objects.
@@ -114,11 +116,12 @@ impl ParentRecord {
         };
         Ok(ParentRecord {
             object: path.to_string(),
+            name: p.get("Name")?,
             pci_address: p.get("PciAddress")?,
             vendor_id: p.get("VendorId")?,
             device_id: p.get("DeviceId")?,
-            name: p.get("Name")?,
             driver: p.get("Driver")?,
+            numa_node: p.get("NumaNode")?,
             modes: p.get("Modes")?,
             types: p.paths("Types")?,
             instances: p.paths("Instances")?,
@@ -140,12 +143,12 @@ pub struct MdevTypeRecord {
     pub description: String,
     /// `device_api` attribute.
     pub device_api: String,
-    /// Parent PCI address.
-    pub parent_address: String,
+    /// Parent sysfs name.
+    pub parent: String,
     /// `available_instances`.
     pub available_instances: u32,
-    /// Matching catalog profile, empty if none.
-    pub profile: String,
+    /// Instance objects of this type.
+    pub instances: Vec<String>,
 }
 
 impl MdevTypeRecord {
@@ -162,9 +165,9 @@ impl MdevTypeRecord {
             name: p.get("Name")?,
             description: p.get("Description")?,
             device_api: p.get("DeviceApi")?,
-            parent_address: p.get("ParentAddress")?,
+            parent: p.get("ParentName")?,
             available_instances: p.get("AvailableInstances")?,
-            profile: p.get("Profile")?,
+            instances: p.paths("Instances")?,
         })
     }
 }
@@ -174,14 +177,14 @@ impl MdevTypeRecord {
 pub struct InstanceRecord {
     /// Object path.
     pub object: String,
-    /// `mdev` or `vf`.
-    pub kind: String,
-    /// mdev UUID (empty for a VF).
+    /// UUID (the key).
     pub uuid: String,
+    /// `mdev`, `vf` or `nvidia-vf`.
+    pub kind: String,
     /// VF PCI address (empty for an mdev).
     pub pci_address: String,
-    /// Parent PCI address.
-    pub parent_address: String,
+    /// Parent sysfs name.
+    pub parent: String,
     /// mdev type id.
     #[serde(rename = "type")]
     pub mdev_type: String,
@@ -189,18 +192,20 @@ pub struct InstanceRecord {
     pub profile: String,
     /// Exists in the kernel now.
     pub active: bool,
-    /// Definition kept across reboots.
+    /// Definition kept when the device goes away.
     pub persistent: bool,
-    /// Created at boot.
+    /// Created when the service starts.
     pub autostart: bool,
-    /// Created by the service.
-    pub managed: bool,
+    /// `created`, `adopted`, or empty (not managed by the service).
+    pub owner: String,
     /// Holding domain's name, empty if free.
     pub holder: String,
     /// Holding domain's UUID, empty if free.
     pub holder_uuid: String,
     /// IOMMU group, -1 if unknown.
     pub iommu_group: i32,
+    /// Scheduling weight, 0 when unset.
+    pub weight: u32,
 }
 
 impl InstanceRecord {
@@ -213,29 +218,21 @@ impl InstanceRecord {
         };
         Ok(InstanceRecord {
             object: path.to_string(),
-            kind: p.get("Kind")?,
             uuid: p.get("Uuid")?,
+            kind: p.get("Kind")?,
             pci_address: p.get("PciAddress")?,
-            parent_address: p.get("ParentAddress")?,
+            parent: p.get("ParentName")?,
             mdev_type: p.get("Type")?,
             profile: p.get("Profile")?,
             active: p.get("Active")?,
             persistent: p.get("Persistent")?,
             autostart: p.get("Autostart")?,
-            managed: p.get("Managed")?,
+            owner: p.get("Owner")?,
             holder: p.get("Holder")?,
             holder_uuid: p.get("HolderUuid")?,
             iommu_group: p.get("IommuGroup")?,
+            weight: p.get("Weight")?,
         })
-    }
-
-    /// The instance's key: its UUID for an mdev, its PCI address for a VF.
-    pub fn key(&self) -> &str {
-        if self.uuid.is_empty() {
-            &self.pci_address
-        } else {
-            &self.uuid
-        }
     }
 }
 
@@ -248,10 +245,6 @@ pub struct ProfileRecord {
     pub name: String,
     /// Description.
     pub description: String,
-    /// Parents that can host it.
-    pub parents: Vec<String>,
-    /// How many more fit now.
-    pub available: u32,
 }
 
 impl ProfileRecord {
@@ -266,8 +259,6 @@ impl ProfileRecord {
             object: path.to_string(),
             name: p.get("Name")?,
             description: p.get("Description")?,
-            parents: p.get("Parents")?,
-            available: p.get("Available")?,
         })
     }
 }
@@ -316,22 +307,30 @@ impl Snapshot {
                     .push(ProfileRecord::from_properties(path, map)?);
             }
         }
-        snapshot
-            .parents
-            .sort_by(|a, b| a.pci_address.cmp(&b.pci_address));
+        snapshot.parents.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot
             .types
-            .sort_by(|a, b| (&a.parent_address, &a.id).cmp(&(&b.parent_address, &b.id)));
+            .sort_by(|a, b| (&a.parent, &a.id).cmp(&(&b.parent, &b.id)));
         snapshot
             .instances
-            .sort_by(|a, b| (&a.parent_address, a.key()).cmp(&(&b.parent_address, b.key())));
+            .sort_by(|a, b| (&a.parent, &a.uuid).cmp(&(&b.parent, &b.uuid)));
         snapshot.profiles.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(snapshot)
     }
 
-    /// The instance whose UUID (or VF PCI address) is `key`.
+    /// The instance whose UUID (any case) or VF PCI address is `key`.
     pub fn instance(&self, key: &str) -> Option<&InstanceRecord> {
         let key = key.to_ascii_lowercase();
-        self.instances.iter().find(|i| i.key() == key)
+        self.instances
+            .iter()
+            .find(|i| i.uuid == key || (!i.pci_address.is_empty() && i.pci_address == key))
+    }
+
+    /// The parent whose name (PCI address or sysfs name) is `name`.
+    pub fn parent(&self, name: &str) -> Option<&ParentRecord> {
+        let name = name.to_ascii_lowercase();
+        self.parents
+            .iter()
+            .find(|p| p.name.to_ascii_lowercase() == name)
     }
 }

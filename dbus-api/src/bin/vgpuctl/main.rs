@@ -1,1 +1,532 @@
-fn main() {}
+//! `vgpuctl`: command-line client of the mdev-manager service. A pure D-Bus client: it talks to
+//! `org.mdevmanager.VGpu1` and never touches the host itself.
+
+mod cli;
+mod events;
+mod table;
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+use dbus_api::names::{option, BUS_NAME, ROOT_PATH};
+use dbus_api::proxy::{InstanceProxy, ManagerProxy, SriovProxy};
+use dbus_api::wire::{InstanceRecord, Snapshot};
+use dbus_api::{path, BusTarget, ClientError, ErrorKind};
+use futures_util::StreamExt;
+use zbus::{Connection, Variant};
+
+use cli::{Cli, Command, GenerateWhat};
+
+/// Exit status when the service (or the bus) cannot be reached (sysexits' EX_UNAVAILABLE).
+const EXIT_UNAVAILABLE: u8 = 69;
+
+/// A failure of one command, printed as one line.
+#[derive(Debug)]
+struct Failure {
+    message: String,
+    code: u8,
+}
+
+impl From<ClientError> for Failure {
+    fn from(error: ClientError) -> Self {
+        let code = match &error {
+            ClientError::Service { kind, .. } => kind.exit_code(),
+            ClientError::Unavailable { .. } | ClientError::Bus(_) => EXIT_UNAVAILABLE,
+            ClientError::Other { .. } => 1,
+        };
+        let mut message = error.to_string();
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Failure { message, code }
+    }
+}
+
+impl From<zbus::Error> for Failure {
+    fn from(error: zbus::Error) -> Self {
+        Failure::from(ClientError::from(error))
+    }
+}
+
+fn failure(kind: ErrorKind, message: String) -> Failure {
+    Failure {
+        message,
+        code: kind.exit_code(),
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("vgpuctl: {}", failure.message.replace('\n', " "));
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+fn target(cli: &Cli) -> BusTarget {
+    if let Some(address) = &cli.address {
+        BusTarget::Address(address.clone())
+    } else if cli.session {
+        BusTarget::Session
+    } else {
+        BusTarget::System
+    }
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| Failure {
+        message: format!("cannot encode JSON: {e}"),
+        code: 1,
+    })?;
+    println!("{text}");
+    Ok(())
+}
+
+async fn snapshot(connection: &Connection) -> Result<Snapshot, Failure> {
+    let manager = zbus::fdo::ObjectManagerProxy::builder(connection)
+        .destination(BUS_NAME)
+        .path(ROOT_PATH)
+        .build()
+        .await?;
+    let objects = manager
+        .get_managed_objects()
+        .await
+        .map_err(ClientError::from)?;
+    Snapshot::from_managed_objects(objects).map_err(|e| Failure {
+        message: e.to_string(),
+        code: 1,
+    })
+}
+
+fn find_instance<'a>(snapshot: &'a Snapshot, key: &str) -> Result<&'a InstanceRecord, Failure> {
+    snapshot
+        .instance(key)
+        .ok_or_else(|| failure(ErrorKind::NotFound, format!("no instance {key}")))
+}
+
+fn options(cli: &Cli) -> HashMap<&'static str, Variant<'static>> {
+    let mut options = HashMap::new();
+    if cli.no_ask {
+        options.insert(option::NO_USER_INTERACTION, Variant::from(true));
+    }
+    options
+}
+
+async fn instance_proxy<'a>(
+    connection: &Connection,
+    record: &InstanceRecord,
+) -> Result<InstanceProxy<'a>, Failure> {
+    Ok(InstanceProxy::builder(connection)
+        .path(record.object.clone())
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?)
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    if let Command::Generate { what, dir } = &cli.command {
+        return generate(what, dir);
+    }
+    let connection = dbus_api::connect(&target(&cli)).await?;
+    let json = cli.json;
+    match &cli.command {
+        Command::Generate { .. } => unreachable!("handled above"),
+        Command::Profiles => {
+            let snapshot = snapshot(&connection).await?;
+            if json {
+                return print_json(&snapshot.profiles);
+            }
+            table::print(
+                &["PROFILE", "DESCRIPTION"],
+                snapshot
+                    .profiles
+                    .iter()
+                    .map(|p| vec![p.name.clone(), p.description.clone()]),
+            );
+        }
+        Command::Parents => {
+            let snapshot = snapshot(&connection).await?;
+            if json {
+                return print_json(&snapshot.parents);
+            }
+            table::print(
+                &[
+                    "PARENT",
+                    "VENDOR:DEVICE",
+                    "DRIVER",
+                    "MODES",
+                    "TYPES",
+                    "INSTANCES",
+                    "VFS",
+                ],
+                snapshot.parents.iter().map(|p| {
+                    vec![
+                        p.name.clone(),
+                        format!("{:04x}:{:04x}", p.vendor_id, p.device_id),
+                        p.driver.clone(),
+                        p.modes.join(","),
+                        p.types.len().to_string(),
+                        p.instances.len().to_string(),
+                        p.sriov
+                            .as_ref()
+                            .map(|s| format!("{}/{}", s.num_vfs, s.total_vfs))
+                            .unwrap_or_else(|| "-".into()),
+                    ]
+                }),
+            );
+        }
+        Command::Types { parent } => {
+            let snapshot = snapshot(&connection).await?;
+            if let Some(parent) = parent {
+                if snapshot.parent(parent).is_none() {
+                    return Err(failure(ErrorKind::NotFound, format!("no parent {parent}")));
+                }
+            }
+            let types: Vec<_> = snapshot
+                .types
+                .iter()
+                .filter(|t| {
+                    parent
+                        .as_ref()
+                        .is_none_or(|p| t.parent.eq_ignore_ascii_case(p))
+                })
+                .collect();
+            if json {
+                return print_json(&types);
+            }
+            table::print(
+                &["PARENT", "TYPE", "NAME", "AVAILABLE", "INSTANCES"],
+                types.iter().map(|t| {
+                    vec![
+                        t.parent.clone(),
+                        t.id.clone(),
+                        t.name.clone(),
+                        t.available_instances.to_string(),
+                        t.instances.len().to_string(),
+                    ]
+                }),
+            );
+        }
+        Command::List => {
+            let snapshot = snapshot(&connection).await?;
+            if json {
+                return print_json(&snapshot.instances);
+            }
+            print_instances(&snapshot.instances);
+        }
+        Command::Show { uuid } => {
+            let snapshot = snapshot(&connection).await?;
+            let record = find_instance(&snapshot, uuid)?;
+            if json {
+                return print_json(record);
+            }
+            let value = serde_json::to_value(record).unwrap_or_default();
+            if let serde_json::Value::Object(map) = value {
+                for (key, value) in map {
+                    let text = match value {
+                        serde_json::Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    println!("{key:>12}: {text}");
+                }
+            }
+        }
+        Command::Xml { uuid } => {
+            let snapshot = snapshot(&connection).await?;
+            let record = find_instance(&snapshot, uuid)?;
+            let xml = dbus_api::hostdev::hostdev_xml(record)
+                .map_err(|e| failure(ErrorKind::NotSupported, e.to_string()))?;
+            if json {
+                return print_json(&serde_json::json!({ "uuid": record.uuid, "xml": xml }));
+            }
+            print!("{xml}");
+        }
+        Command::Create {
+            profile,
+            parent,
+            uuid,
+            count,
+            autostart,
+            weight,
+        } => {
+            let manager = ManagerProxy::new(&connection).await?;
+            let mut opts = options(&cli);
+            if let Some(parent) = parent {
+                opts.insert(option::PARENT, Variant::from(parent.clone()));
+            }
+            if let Some(uuid) = uuid {
+                opts.insert(option::UUID, Variant::from(uuid.clone()));
+            }
+            if let Some(count) = count {
+                opts.insert(option::COUNT, Variant::from(*count));
+            }
+            if *autostart {
+                opts.insert(option::AUTOSTART, Variant::from(true));
+            }
+            if let Some(weight) = weight {
+                opts.insert(option::WEIGHT, Variant::from(*weight));
+            }
+            let created = manager
+                .create_instances(profile, opts)
+                .await
+                .map_err(ClientError::from)?;
+            let snapshot = snapshot(&connection).await?;
+            let records: Vec<&InstanceRecord> = created
+                .iter()
+                .filter_map(|p| snapshot.instances.iter().find(|i| i.object == p.as_str()))
+                .collect();
+            if json {
+                return print_json(&records);
+            }
+            for record in records {
+                println!("{}", record.uuid);
+            }
+        }
+        Command::Destroy { uuids, force } => {
+            let snapshot = snapshot(&connection).await?;
+            // Look every UUID up first, so a typo in the last one destroys nothing.
+            let records = uuids
+                .iter()
+                .map(|u| find_instance(&snapshot, u))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut destroyed = Vec::new();
+            for record in records {
+                let mut opts = options(&cli);
+                if *force {
+                    opts.insert(option::FORCE, Variant::from(true));
+                }
+                instance_proxy(&connection, record)
+                    .await?
+                    .destroy(opts)
+                    .await
+                    .map_err(ClientError::from)?;
+                destroyed.push(record.uuid.clone());
+            }
+            if json {
+                return print_json(&serde_json::json!({ "destroyed": destroyed }));
+            }
+        }
+        Command::Start { uuid } | Command::Stop { uuid } => {
+            let snapshot = snapshot(&connection).await?;
+            let record = find_instance(&snapshot, uuid)?;
+            let proxy = instance_proxy(&connection, record).await?;
+            let result = if matches!(cli.command, Command::Start { .. }) {
+                proxy.start(options(&cli)).await
+            } else {
+                proxy.stop(options(&cli)).await
+            };
+            result.map_err(ClientError::from)?;
+            if json {
+                return print_json(&serde_json::json!({ "uuid": record.uuid }));
+            }
+        }
+        Command::Autostart { uuid, state } => {
+            let snapshot = snapshot(&connection).await?;
+            let record = find_instance(&snapshot, uuid)?;
+            instance_proxy(&connection, record)
+                .await?
+                .set_autostart(state.enabled(), options(&cli))
+                .await
+                .map_err(ClientError::from)?;
+            if json {
+                return print_json(
+                    &serde_json::json!({ "uuid": record.uuid, "autostart": state.enabled() }),
+                );
+            }
+        }
+        Command::Sriov { parent, vfs, force } => {
+            let manager = ManagerProxy::new(&connection).await?;
+            // Subscribe before calling: the job may finish before the reply arrives.
+            let mut removed = manager.receive_job_removed().await?;
+            let proxy = SriovProxy::builder(&connection)
+                .path(path::parent_path(parent))
+                .build()
+                .await?;
+            let mut opts = options(&cli);
+            if *force {
+                opts.insert(option::FORCE, Variant::from(true));
+            }
+            let job = proxy
+                .set_num_vfs(*vfs, opts)
+                .await
+                .map_err(|e| sriov_error(e, parent))?;
+            while let Some(signal) = removed.next().await {
+                let args = signal.args()?;
+                if args.job.as_str() != job.as_str() {
+                    continue;
+                }
+                let done = args.result == "done";
+                if json {
+                    print_json(&serde_json::json!({
+                        "job": job.as_str(),
+                        "result": args.result,
+                        "message": args.message,
+                    }))?;
+                } else if done {
+                    println!("{}", args.message);
+                }
+                if done {
+                    return Ok(());
+                }
+                return Err(job_failure(&args.message));
+            }
+            return Err(Failure {
+                message: format!("the service went away before job {} finished", job.as_str()),
+                code: EXIT_UNAVAILABLE,
+            });
+        }
+        Command::Permissions => {
+            let manager = ManagerProxy::new(&connection).await?;
+            let permissions: std::collections::BTreeMap<String, String> = manager
+                .get_permissions()
+                .await
+                .map_err(ClientError::from)?
+                .into_iter()
+                .collect();
+            if json {
+                return print_json(&permissions);
+            }
+            table::print(
+                &["ACTION", "ALLOWED"],
+                permissions.iter().map(|(a, p)| vec![a.clone(), p.clone()]),
+            );
+        }
+        Command::Status => {
+            let manager = ManagerProxy::new(&connection).await?;
+            let version = manager.version().await.map_err(ClientError::from)?;
+            let features = manager.features().await.map_err(ClientError::from)?;
+            let report = manager
+                .reconcile_report()
+                .await
+                .map_err(ClientError::from)?;
+            if json {
+                return print_json(&serde_json::json!({
+                    "version": version,
+                    "features": features,
+                    "reconcile_report": report,
+                }));
+            }
+            println!("version: {version}");
+            println!("features: {}", features.join(", "));
+            println!("last reconcile:");
+            for line in report {
+                println!("  {line}");
+            }
+        }
+        Command::Events { count } => {
+            events::follow(&connection, json, *count).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `SetNumVfs` on a path with no Sriov interface is the bus's UnknownObject/UnknownInterface:
+/// say which parent instead.
+fn sriov_error(error: zbus::Error, parent: &str) -> Failure {
+    match ClientError::from(error) {
+        ClientError::Other { name, .. }
+            if name.ends_with("UnknownObject")
+                || name.ends_with("UnknownInterface")
+                || name.ends_with("UnknownMethod") =>
+        {
+            failure(
+                ErrorKind::NotFound,
+                format!("no SR-IOV parent {parent} (see `vgpuctl parents`)"),
+            )
+        }
+        other => Failure::from(other),
+    }
+}
+
+/// A job's failure message is `<Kind>: <message>`; the kind picks the exit status.
+fn job_failure(message: &str) -> Failure {
+    let code = message
+        .split_once(':')
+        .and_then(|(kind, _)| ErrorKind::ALL.into_iter().find(|k| k.short_name() == kind))
+        .unwrap_or(ErrorKind::Failed)
+        .exit_code();
+    Failure {
+        message: message.to_string(),
+        code,
+    }
+}
+
+fn print_instances(instances: &[InstanceRecord]) {
+    let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
+    table::print(
+        &[
+            "UUID",
+            "KIND",
+            "PARENT",
+            "TYPE",
+            "PROFILE",
+            "ACTIVE",
+            "PERSISTENT",
+            "AUTOSTART",
+            "HOLDER",
+        ],
+        instances.iter().map(|i| {
+            vec![
+                i.uuid.clone(),
+                i.kind.clone(),
+                i.parent.clone(),
+                i.mdev_type.clone(),
+                if i.profile.is_empty() {
+                    "-".into()
+                } else {
+                    i.profile.clone()
+                },
+                yes(i.active),
+                yes(i.persistent),
+                yes(i.autostart),
+                if i.holder.is_empty() {
+                    "-".into()
+                } else {
+                    i.holder.clone()
+                },
+            ]
+        }),
+    );
+}
+
+fn generate(what: &GenerateWhat, dir: &std::path::Path) -> Result<(), Failure> {
+    let io = |e: std::io::Error| Failure {
+        message: format!("cannot write into {}: {e}", dir.display()),
+        code: 1,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let mut command = Cli::command();
+    match what {
+        GenerateWhat::Completions => {
+            use clap_complete::Shell;
+            for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+                clap_complete::generate_to(shell, &mut command, "vgpuctl", dir).map_err(io)?;
+            }
+        }
+        GenerateWhat::Man => {
+            command.build();
+            write_man(&command, "vgpuctl", dir).map_err(io)?;
+            for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+                let name = format!("vgpuctl-{}", sub.get_name());
+                write_man(sub, &name, dir).map_err(io)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_man(command: &clap::Command, name: &str, dir: &std::path::Path) -> std::io::Result<()> {
+    let mut buffer = Vec::new();
+    clap_mangen::Man::new(command.clone())
+        .title(name.to_ascii_uppercase())
+        .render(&mut buffer)?;
+    std::fs::write(dir.join(format!("{name}.1")), buffer)
+}

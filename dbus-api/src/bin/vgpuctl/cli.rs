@@ -1,0 +1,159 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Manage vGPU instances (VFIO mediated devices and SR-IOV VFs) through the mdev-manager
+/// service.
+///
+/// Exit status: 0 success, 1 failed, 2 usage error, 3 not found, 4 no capacity,
+/// 5 not authorized, 6 in use, 7 already exists, 8 invalid arguments, 9 not supported,
+/// 10 busy, 11 timed out, 12 cancelled, 69 service or bus unavailable.
+#[derive(Debug, Parser)]
+#[command(name = "vgpuctl", version)]
+pub struct Cli {
+    /// Print JSON (the stable format documented in vgpuctl(1) and docs/vgpuctl.md).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Talk to the service on the session bus.
+    #[arg(long, global = true, conflicts_with = "address")]
+    pub session: bool,
+    /// Talk to the service on the bus at this D-Bus address (default: the system bus, or
+    /// $DBUS_SYSTEM_BUS_ADDRESS).
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub address: Option<String>,
+    /// Never ask for a password; fail with "not authorized" instead.
+    #[arg(long, global = true)]
+    pub no_ask: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the profiles instances can be created from.
+    Profiles,
+    /// List the parent devices (GPUs) and how they can be split.
+    Parents,
+    /// List the mdev types, of every parent or of one.
+    Types {
+        /// Parent name or PCI address (`0000:3b:00.0`).
+        parent: Option<String>,
+    },
+    /// List the instances.
+    List,
+    /// Create instances from a profile; prints their UUIDs.
+    Create {
+        /// Profile name (see `vgpuctl profiles`).
+        profile: String,
+        /// Place them on this parent instead of choosing automatically.
+        #[arg(long)]
+        parent: Option<String>,
+        /// Use this UUID (only with a count of 1).
+        #[arg(long)]
+        uuid: Option<String>,
+        /// How many to create (all or none).
+        #[arg(long)]
+        count: Option<u32>,
+        /// Keep the definition and recreate it whenever the service starts.
+        #[arg(long)]
+        autostart: bool,
+        /// Scheduling weight.
+        #[arg(long)]
+        weight: Option<u32>,
+    },
+    /// Destroy instances (all UUIDs are checked before any is destroyed).
+    Destroy {
+        /// UUIDs.
+        #[arg(required = true)]
+        uuids: Vec<String>,
+        /// Also when a VM holds it or the service did not create it.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Create the device of a persistent, stopped instance.
+    Start {
+        /// UUID.
+        uuid: String,
+    },
+    /// Remove the device of a persistent instance, keeping its definition.
+    Stop {
+        /// UUID.
+        uuid: String,
+    },
+    /// Turn autostart on or off.
+    Autostart {
+        /// UUID.
+        uuid: String,
+        /// `on` or `off`.
+        state: OnOff,
+    },
+    /// Show one instance.
+    Show {
+        /// UUID (or a VF's PCI address).
+        uuid: String,
+    },
+    /// Set the number of SR-IOV VFs of a parent and wait until done.
+    Sriov {
+        /// PF name or PCI address.
+        parent: String,
+        /// Number of VFs.
+        #[arg(long)]
+        vfs: u32,
+        /// Also remove VFs held by instances the service did not create.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Follow the service's change signals live, one line (or JSON object) per event.
+    Events {
+        /// Exit after this many events.
+        #[arg(long)]
+        count: Option<usize>,
+    },
+    /// Print the libvirt <hostdev> XML for an instance.
+    Xml {
+        /// UUID.
+        uuid: String,
+    },
+    /// Show what the caller may do (per polkit action: yes, auth, no).
+    Permissions,
+    /// Show the service version, features and the last reconcile report.
+    Status,
+    /// Write shell completions or man pages (used by packaging).
+    #[command(hide = true)]
+    Generate {
+        /// What to write.
+        what: GenerateWhat,
+        /// Directory to write into.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+}
+
+/// On or off.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OnOff {
+    /// Enable.
+    On,
+    /// Disable.
+    Off,
+}
+
+impl OnOff {
+    /// Whether it is `on`.
+    pub fn enabled(self) -> bool {
+        matches!(self, OnOff::On)
+    }
+}
+
+/// Generated files.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GenerateWhat {
+    /// bash, zsh and fish completions.
+    Completions,
+    /// Man pages (vgpuctl.1 and one per subcommand).
+    Man,
+}

@@ -1,0 +1,758 @@
+//! The D-Bus interface objects. Each method is thin: authorize, parse options, one engine call
+//! (on the blocking pool), map the error, refresh the exported objects before replying (so a
+//! caller that sees the reply has already been sent the `InterfacesAdded`/`Removed` signals).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dbus_api::names::{action, device_key, option};
+use dbus_api::BusError;
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::{interface, Connection, ObjectPath, OwnedObjectPath, OwnedVariant};
+
+use super::auth::AuthRequest;
+use super::model::{InstanceData, ParentData, ProfileData, SriovData, TypeData};
+use super::options::CallOptions;
+use super::Service;
+use crate::engine::{CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef};
+
+/// Largest `count` accepted by `CreateInstances` (no GPU offers more instances).
+const MAX_COUNT: u32 = 256;
+
+/// `org.mdevmanager.VGpu1.Manager`.
+#[derive(Debug)]
+pub struct ManagerIface {
+    pub(super) service: Arc<Service>,
+}
+
+#[interface(name = "org.mdevmanager.VGpu1.Manager")]
+impl ManagerIface {
+    /// The service version.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    /// What this service instance supports: `mdev`, `sriov`, `persistence`, `claims`, and
+    /// `simulated` when it runs on the simulated host.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn features(&self) -> Vec<String> {
+        self.service.features.clone()
+    }
+
+    /// The outcome of the last reconcile (at start or `Rescan`), one line per action.
+    #[zbus(property)]
+    fn reconcile_report(&self) -> Vec<String> {
+        self.service.reconcile_lines()
+    }
+
+    /// For each polkit action, `yes`, `auth` or `no` for the caller.
+    async fn get_permissions(&self, #[zbus(header)] header: Header<'_>) -> HashMap<String, String> {
+        let mut permissions = HashMap::new();
+        for id in action::ALL {
+            let request = AuthRequest::new(id, &header, true);
+            let answer = self.service.authorizer.permission(request).await;
+            permissions.insert(id.to_string(), answer.as_str().to_string());
+        }
+        permissions
+    }
+
+    /// Rediscovers the host, reconciles it with the stored state and republishes every object.
+    async fn rescan(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        let options = CallOptions::parse("Rescan", options, &[])?;
+        let request = AuthRequest::new(action::RELOAD, &header, options.no_user_interaction()?)
+            .detail("verb", "rescan");
+        self.service.authorizer.check(request).await?;
+        self.service.reconcile(connection).await?;
+        Ok(())
+    }
+
+    /// Re-reads the profile files.
+    async fn reload_profiles(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        let options = CallOptions::parse("ReloadProfiles", options, &[])?;
+        let request = AuthRequest::new(action::RELOAD, &header, options.no_user_interaction()?)
+            .detail("verb", "reload-profiles");
+        self.service.authorizer.check(request).await?;
+        self.service.call(|engine| engine.reload_profiles()).await?;
+        self.service.refresh(connection).await;
+        Ok(())
+    }
+
+    /// Creates `count` instances of `profile` (all or nothing). Options: `parent s`, `uuid s`
+    /// (only with count 1), `count u`, `autostart b`, `weight u`.
+    async fn create_instances(
+        &self,
+        profile: String,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<Vec<OwnedObjectPath>, BusError> {
+        let options = CallOptions::parse(
+            "CreateInstances",
+            options,
+            &[
+                option::PARENT,
+                option::UUID,
+                option::COUNT,
+                option::AUTOSTART,
+                option::WEIGHT,
+            ],
+        )?;
+        let parent = options.string(option::PARENT)?;
+        let uuid = options.string(option::UUID)?;
+        let count = options.unsigned(option::COUNT)?.unwrap_or(1);
+        let autostart = options.boolean(option::AUTOSTART)?.unwrap_or(false);
+        let weight = options.unsigned(option::WEIGHT)?;
+        if count == 0 || count > MAX_COUNT {
+            return Err(BusError::InvalidArgs(format!(
+                "CreateInstances: count {count} for profile {profile} is outside 1..={MAX_COUNT}"
+            )));
+        }
+        if count > 1 && uuid.is_some() {
+            return Err(BusError::InvalidArgs(format!(
+                "CreateInstances: option uuid names one instance but count is {count}"
+            )));
+        }
+        let no_interaction = options.no_user_interaction()?;
+        let mut request = AuthRequest::new(action::MANAGE_INSTANCES, &header, no_interaction)
+            .detail("verb", "create")
+            .detail("profile", profile.clone());
+        if let Some(parent) = &parent {
+            request = request.detail("parent", parent.clone());
+        }
+        self.service.authorizer.check(request).await?;
+        if autostart {
+            let request = AuthRequest::new(action::MANAGE_PERSISTENT, &header, no_interaction)
+                .detail("verb", "create-autostart")
+                .detail("profile", profile.clone());
+            self.service.authorizer.check(request).await?;
+        }
+
+        let requests: Vec<CreateRequest> = (0..count)
+            .map(|_| {
+                let mut request = CreateRequest::new(CreateTarget::Profile {
+                    profile: profile.clone(),
+                    parent: parent.clone(),
+                });
+                request.uuid = uuid.clone();
+                request.autostart = autostart;
+                request.persistent = autostart;
+                request.scheduling.weight = weight;
+                request
+            })
+            .collect();
+        let created = self
+            .service
+            .call(move |engine| engine.create_batch(requests))
+            .await?;
+        self.service.refresh(connection).await;
+        Ok(created
+            .iter()
+            .map(|info| dbus_api::path::mdev_instance_path(&info.uuid))
+            .collect())
+    }
+
+    /// Claims every device `devices` describes for the domain, all or nothing.
+    async fn prepare_domain(
+        &self,
+        domain_name: String,
+        domain_uuid: String,
+        devices: Vec<HashMap<String, OwnedVariant>>,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<Vec<OwnedObjectPath>, BusError> {
+        let options = CallOptions::parse("PrepareDomain", options, &[])?;
+        let devices = parse_devices("PrepareDomain", devices)?;
+        let request = AuthRequest::new(action::ASSIGN, &header, options.no_user_interaction()?)
+            .detail("verb", "prepare")
+            .detail("domain", domain_name.clone());
+        self.service.authorizer.check(request).await?;
+        let domain = DomainRef {
+            name: domain_name,
+            uuid: domain_uuid,
+        };
+        let claimed = self
+            .service
+            .call(move |engine| engine.claim_domain(&domain, &devices))
+            .await?;
+        self.service.refresh(connection).await;
+        Ok(claimed
+            .iter()
+            .map(|info| dbus_api::path::mdev_instance_path(&info.uuid))
+            .collect())
+    }
+
+    /// Releases the domain's claims: destroys its transient instances, unclaims persistent
+    /// ones. Idempotent.
+    async fn release_domain(
+        &self,
+        domain_name: String,
+        domain_uuid: String,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        let options = CallOptions::parse("ReleaseDomain", options, &[])?;
+        let request = AuthRequest::new(action::ASSIGN, &header, options.no_user_interaction()?)
+            .detail("verb", "release")
+            .detail("domain", domain_name.clone());
+        self.service.authorizer.check(request).await?;
+        let domain = DomainRef {
+            name: domain_name,
+            uuid: domain_uuid,
+        };
+        let report = self
+            .service
+            .call(move |engine| engine.release_domain(&domain))
+            .await?;
+        for problem in &report.problems {
+            tracing::warn!(%problem, "release left a problem");
+        }
+        self.service.refresh(connection).await;
+        Ok(())
+    }
+
+    /// Lines describing how the host differs from what the domain should hold; empty when in
+    /// line. Never fails for drift.
+    async fn verify_domain(
+        &self,
+        domain_name: String,
+        domain_uuid: String,
+        devices: Vec<HashMap<String, OwnedVariant>>,
+        options: HashMap<String, OwnedVariant>,
+    ) -> Result<Vec<String>, BusError> {
+        CallOptions::parse("VerifyDomain", options, &[])?;
+        let devices = parse_devices("VerifyDomain", devices)?;
+        let domain = DomainRef {
+            name: domain_name,
+            uuid: domain_uuid,
+        };
+        self.service
+            .call(move |engine| Ok(engine.verify_domain(&domain, &devices)))
+            .await
+    }
+
+    /// A job started.
+    #[zbus(signal)]
+    pub(super) async fn job_new(
+        emitter: &SignalEmitter<'_>,
+        job: ObjectPath<'_>,
+        operation: &str,
+    ) -> zbus::Result<()>;
+
+    /// A job finished: `result` is `done` or `failed`.
+    #[zbus(signal)]
+    pub(super) async fn job_removed(
+        emitter: &SignalEmitter<'_>,
+        job: ObjectPath<'_>,
+        result: &str,
+        message: &str,
+    ) -> zbus::Result<()>;
+}
+
+fn parse_devices(
+    method: &'static str,
+    devices: Vec<HashMap<String, OwnedVariant>>,
+) -> Result<Vec<DeviceRequest>, BusError> {
+    const KEYS: [&str; 6] = [
+        device_key::KIND,
+        device_key::UUID,
+        device_key::PROFILE,
+        device_key::PARENT,
+        device_key::WEIGHT,
+        device_key::PCI_ADDRESS,
+    ];
+    devices
+        .into_iter()
+        .enumerate()
+        .map(|(index, dict)| {
+            let context = if method == "PrepareDomain" {
+                "PrepareDomain device"
+            } else {
+                "VerifyDomain device"
+            };
+            let fields = CallOptions::parse(context, dict, &KEYS)
+                .map_err(|e| BusError::InvalidArgs(format!("device #{index}: {}", e.message())))?;
+            let kind = fields.string(device_key::KIND)?.ok_or_else(|| {
+                BusError::InvalidArgs(format!("{method}: device #{index} has no kind"))
+            })?;
+            Ok(DeviceRequest {
+                kind,
+                uuid: fields.string(device_key::UUID)?,
+                profile: fields.string(device_key::PROFILE)?,
+                parent: fields.string(device_key::PARENT)?,
+                weight: fields.unsigned(device_key::WEIGHT)?,
+                pci_address: fields.string(device_key::PCI_ADDRESS)?,
+            })
+        })
+        .collect()
+}
+
+/// `org.mdevmanager.VGpu1.Parent`.
+#[derive(Debug)]
+pub struct ParentIface {
+    pub(super) data: ParentData,
+}
+
+#[interface(name = "org.mdevmanager.VGpu1.Parent")]
+impl ParentIface {
+    /// The parent's sysfs name: its PCI address, or e.g. `mtty` for a non-PCI parent. The key.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn name(&self) -> String {
+        self.data.name.clone()
+    }
+    /// PCI address, empty for a non-PCI parent.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn pci_address(&self) -> String {
+        self.data.pci_address.clone()
+    }
+    /// PCI vendor id (0 for a non-PCI parent).
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn vendor_id(&self) -> u16 {
+        self.data.vendor_id
+    }
+    /// PCI device id.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn device_id(&self) -> u16 {
+        self.data.device_id
+    }
+    /// The bound driver, empty if none.
+    #[zbus(property)]
+    fn driver(&self) -> String {
+        self.data.driver.clone()
+    }
+    /// NUMA node, -1 when the platform does not say.
+    #[zbus(property)]
+    fn numa_node(&self) -> i32 {
+        self.data.numa_node
+    }
+    /// How it can be split: `mdev`, `sriov`.
+    #[zbus(property)]
+    fn modes(&self) -> Vec<String> {
+        self.data.modes.clone()
+    }
+    /// Its mdev type objects.
+    #[zbus(property)]
+    fn types(&self) -> Vec<OwnedObjectPath> {
+        self.data.types.clone()
+    }
+    /// The instance objects on it.
+    #[zbus(property)]
+    fn instances(&self) -> Vec<OwnedObjectPath> {
+        self.data.instances.clone()
+    }
+}
+
+/// `org.mdevmanager.VGpu1.Sriov`.
+#[derive(Debug)]
+pub struct SriovIface {
+    pub(super) service: Arc<Service>,
+    pub(super) data: SriovData,
+}
+
+#[interface(name = "org.mdevmanager.VGpu1.Sriov")]
+impl SriovIface {
+    /// `sriov_totalvfs`.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn total_vfs(&self) -> u32 {
+        self.data.total_vfs
+    }
+    /// `sriov_numvfs`.
+    #[zbus(property)]
+    fn num_vfs(&self) -> u32 {
+        self.data.num_vfs
+    }
+    /// PCI addresses of the enabled VFs.
+    #[zbus(property)]
+    fn vfs(&self) -> Vec<String> {
+        self.data.vfs.clone()
+    }
+
+    /// Sets the number of VFs. Returns a Job at once; `Manager.JobRemoved` (and
+    /// `Job.Completed`) tell the outcome. Option `force b` also removes VFs in use by
+    /// instances the service did not create.
+    async fn set_num_vfs(
+        &self,
+        count: u32,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, BusError> {
+        let options = CallOptions::parse("SetNumVfs", options, &[option::FORCE])?;
+        let force = options.boolean(option::FORCE)?.unwrap_or(false);
+        if count > self.data.total_vfs {
+            return Err(BusError::InvalidArgs(format!(
+                "SetNumVfs: {count} VFs requested but PF {} supports at most {}",
+                self.data.pf, self.data.total_vfs
+            )));
+        }
+        let request = AuthRequest::new(
+            action::CONFIGURE_SRIOV,
+            &header,
+            options.no_user_interaction()?,
+        )
+        .detail("verb", "set-num-vfs")
+        .detail("parent", self.data.pf.clone())
+        .detail("count", count.to_string());
+        self.service.authorizer.check(request).await?;
+        let uid = self.service.caller_uid(connection, &header).await;
+        let pf = self.data.pf.clone();
+        let objects = vec![dbus_api::path::parent_path(&pf)];
+        self.service
+            .start_job(
+                connection,
+                "sriov-set-numvfs",
+                objects,
+                uid,
+                move |engine| {
+                    let vfs = engine.set_num_vfs(&pf, count, DestroyOptions { force })?;
+                    Ok(format!("PF {pf} now has {} VFs", vfs.len()))
+                },
+            )
+            .await
+    }
+}
+
+/// `org.mdevmanager.VGpu1.MdevType`.
+#[derive(Debug)]
+pub struct TypeIface {
+    pub(super) data: TypeData,
+}
+
+#[interface(name = "org.mdevmanager.VGpu1.MdevType")]
+impl TypeIface {
+    /// The type id (`nvidia-558`); unique per parent.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn id(&self) -> String {
+        self.data.id.clone()
+    }
+    /// The `name` attribute.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn name(&self) -> String {
+        self.data.name.clone()
+    }
+    /// The `description` attribute.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn description(&self) -> String {
+        self.data.description.clone()
+    }
+    /// The `device_api` attribute (`vfio-pci`).
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn device_api(&self) -> String {
+        self.data.device_api.clone()
+    }
+    /// The parent object.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn parent(&self) -> OwnedObjectPath {
+        self.data.parent.clone()
+    }
+    /// The parent's sysfs name.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn parent_name(&self) -> String {
+        self.data.parent_name.clone()
+    }
+    /// `available_instances` now.
+    #[zbus(property)]
+    fn available_instances(&self) -> u32 {
+        self.data.available_instances
+    }
+    /// The instances of this type.
+    #[zbus(property)]
+    fn instances(&self) -> Vec<OwnedObjectPath> {
+        self.data.instances.clone()
+    }
+}
+
+/// `org.mdevmanager.VGpu1.Instance`.
+#[derive(Debug)]
+pub struct InstanceIface {
+    pub(super) service: Arc<Service>,
+    pub(super) data: InstanceData,
+}
+
+impl InstanceIface {
+    fn request(
+        &self,
+        action: &'static str,
+        verb: &str,
+        header: &Header<'_>,
+        no_ui: bool,
+    ) -> AuthRequest {
+        AuthRequest::new(action, header, no_ui)
+            .detail("verb", verb)
+            .detail("uuid", self.data.uuid.clone())
+            .detail("parent", self.data.parent_name.clone())
+            .detail("profile", self.data.profile.clone())
+    }
+}
+
+#[interface(name = "org.mdevmanager.VGpu1.Instance")]
+impl InstanceIface {
+    /// The UUID, the key (for VF kinds the handle the service gave the VF).
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn uuid(&self) -> String {
+        self.data.uuid.clone()
+    }
+    /// `mdev`, `vf` or `nvidia-vf`.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn kind(&self) -> String {
+        self.data.kind.clone()
+    }
+    /// The VF's PCI address for VF kinds, empty for an mdev.
+    #[zbus(property)]
+    fn pci_address(&self) -> String {
+        self.data.pci_address.clone()
+    }
+    /// The parent object.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn parent(&self) -> OwnedObjectPath {
+        self.data.parent.clone()
+    }
+    /// The parent's sysfs name.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn parent_name(&self) -> String {
+        self.data.parent_name.clone()
+    }
+    /// The mdev type id (or NVIDIA type id, or `vfio-pci` for a plain VF).
+    #[zbus(property, name = "Type")]
+    fn type_id(&self) -> String {
+        self.data.type_id.clone()
+    }
+    /// The profile it came from, empty when unknown.
+    #[zbus(property)]
+    fn profile(&self) -> String {
+        self.data.profile.clone()
+    }
+    /// Whether the device exists now.
+    #[zbus(property)]
+    fn active(&self) -> bool {
+        self.data.active
+    }
+    /// Whether the definition is kept when the device goes away.
+    #[zbus(property)]
+    fn persistent(&self) -> bool {
+        self.data.persistent
+    }
+    /// Whether it is created when the service starts.
+    #[zbus(property)]
+    fn autostart(&self) -> bool {
+        self.data.autostart
+    }
+    /// `created` (by the service), `adopted`, or empty for a device the service does not manage.
+    #[zbus(property)]
+    fn owner(&self) -> String {
+        self.data.owner.clone()
+    }
+    /// Name of the domain holding it, empty if free.
+    #[zbus(property)]
+    fn holder(&self) -> String {
+        self.data.holder.clone()
+    }
+    /// UUID of the domain holding it, empty if free.
+    #[zbus(property)]
+    fn holder_uuid(&self) -> String {
+        self.data.holder_uuid.clone()
+    }
+    /// IOMMU group, -1 when inactive or unknown.
+    #[zbus(property)]
+    fn iommu_group(&self) -> i32 {
+        self.data.iommu_group
+    }
+    /// Scheduling weight, 0 when unset.
+    #[zbus(property)]
+    fn weight(&self) -> u32 {
+        self.data.weight
+    }
+
+    /// Removes the device and forgets the instance. Option `force b`: also when a domain holds
+    /// it or the service did not create it.
+    async fn destroy(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        let options = CallOptions::parse("Destroy", options, &[option::FORCE])?;
+        let force = options.boolean(option::FORCE)?.unwrap_or(false);
+        let request = self.request(
+            action::MANAGE_INSTANCES,
+            "destroy",
+            &header,
+            options.no_user_interaction()?,
+        );
+        self.service.authorizer.check(request).await?;
+        let uuid = self.data.uuid.clone();
+        self.service
+            .call(move |engine| engine.destroy(&uuid, DestroyOptions { force }))
+            .await?;
+        self.service.refresh(connection).await;
+        Ok(())
+    }
+
+    /// Creates the device of a persistent, inactive instance.
+    async fn start(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        let options = CallOptions::parse("Start", options, &[])?;
+        let request = self.request(
+            action::MANAGE_INSTANCES,
+            "start",
+            &header,
+            options.no_user_interaction()?,
+        );
+        self.service.authorizer.check(request).await?;
+        let uuid = self.data.uuid.clone();
+        self.service.call(move |engine| engine.start(&uuid)).await?;
+        self.service.refresh(connection).await;
+        Ok(())
+    }
+
+    /// Removes the device of a persistent instance, keeping its definition. Option `force b`:
+    /// also when a domain holds it.
+    async fn stop(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        let options = CallOptions::parse("Stop", options, &[option::FORCE])?;
+        let force = options.boolean(option::FORCE)?.unwrap_or(false);
+        let request = self.request(
+            action::MANAGE_INSTANCES,
+            "stop",
+            &header,
+            options.no_user_interaction()?,
+        );
+        self.service.authorizer.check(request).await?;
+        let uuid = self.data.uuid.clone();
+        self.service
+            .call(move |engine| engine.stop(&uuid, DestroyOptions { force }))
+            .await?;
+        self.service.refresh(connection).await;
+        Ok(())
+    }
+
+    /// Sets autostart; turning it on also makes the instance persistent.
+    async fn set_autostart(
+        &self,
+        autostart: bool,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        let options = CallOptions::parse("SetAutostart", options, &[])?;
+        let request = self.request(
+            action::MANAGE_PERSISTENT,
+            "set-autostart",
+            &header,
+            options.no_user_interaction()?,
+        );
+        self.service.authorizer.check(request).await?;
+        let uuid = self.data.uuid.clone();
+        let persistent = autostart || self.data.persistent;
+        self.service
+            .call(move |engine| engine.set_persistence(&uuid, persistent, autostart))
+            .await?;
+        self.service.refresh(connection).await;
+        Ok(())
+    }
+}
+
+/// `org.mdevmanager.VGpu1.Profile`.
+#[derive(Debug)]
+pub struct ProfileIface {
+    pub(super) data: ProfileData,
+}
+
+#[interface(name = "org.mdevmanager.VGpu1.Profile")]
+impl ProfileIface {
+    /// The profile name, the key (what `CreateInstances` takes).
+    #[zbus(property)]
+    fn name(&self) -> String {
+        self.data.name.clone()
+    }
+    /// Its description, empty if none.
+    #[zbus(property)]
+    fn description(&self) -> String {
+        self.data.description.clone()
+    }
+}
+
+/// The state of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobData {
+    /// What it does.
+    pub operation: String,
+    /// Objects it acts on.
+    pub objects: Vec<OwnedObjectPath>,
+    /// Caller's uid (`u32::MAX` when unknown).
+    pub started_by_uid: u32,
+    /// Finished yet.
+    pub finished: bool,
+    /// Succeeded.
+    pub success: bool,
+    /// Outcome message.
+    pub message: String,
+}
+
+/// `org.mdevmanager.VGpu1.Job`.
+#[derive(Debug)]
+pub struct JobIface {
+    pub(super) data: JobData,
+}
+
+#[interface(name = "org.mdevmanager.VGpu1.Job")]
+impl JobIface {
+    /// What it does: `sriov-set-numvfs`.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn operation(&self) -> String {
+        self.data.operation.clone()
+    }
+    /// The objects it acts on.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn objects(&self) -> Vec<OwnedObjectPath> {
+        self.data.objects.clone()
+    }
+    /// uid of the caller that started it (4294967295 when unknown).
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn started_by_uid(&self) -> u32 {
+        self.data.started_by_uid
+    }
+    /// Whether it has finished.
+    #[zbus(property)]
+    fn finished(&self) -> bool {
+        self.data.finished
+    }
+    /// Whether it succeeded (once finished).
+    #[zbus(property)]
+    fn success(&self) -> bool {
+        self.data.success
+    }
+    /// The outcome message (once finished).
+    #[zbus(property)]
+    fn message(&self) -> String {
+        self.data.message.clone()
+    }
+    /// Emitted once, when the job finishes, just before the object is removed.
+    #[zbus(signal)]
+    pub(super) async fn completed(
+        emitter: &SignalEmitter<'_>,
+        success: bool,
+        message: &str,
+    ) -> zbus::Result<()>;
+}

@@ -1,0 +1,552 @@
+//! The D-Bus service: exports the engine's parents, types, instances and profiles as objects
+//! under `/org/mdevmanager/VGpu1` (an ObjectManager), serves the mutating methods behind polkit,
+//! and republishes whatever changes, whether the change came through the API or from the host
+//! (udev, reconcile).
+//!
+//! Entry points: [`Service::new`] + [`Service::serve`] on any connection builder (a bus or a
+//! peer-to-peer socket); `main.rs` wires the command line onto them.
+
+pub mod auth;
+pub mod host_events;
+pub mod interfaces;
+pub mod model;
+pub mod options;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use dbus_api::names::{BUS_NAME, MANAGER_PATH, ROOT_PATH};
+use dbus_api::{BusError, ErrorKind};
+use zbus::message::Header;
+use zbus::names::InterfaceName;
+use zbus::object_server::{Interface, SignalEmitter};
+use zbus::{Connection, ObjectServer, OwnedObjectPath};
+
+use crate::engine::{Engine, EngineError, EngineEvent, ReconcileAction, ReconcileReport};
+use auth::Authorizer;
+pub use host_events::host_events;
+use interfaces::{
+    InstanceIface, JobData, JobIface, ManagerIface, ParentIface, ProfileIface, SriovIface,
+    TypeIface,
+};
+use model::{changed_properties, Model, Properties};
+
+/// A daemon failure outside any one method call (setting up the bus, first read of the host).
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Connecting to the bus, registering objects or taking the name failed.
+    #[error("cannot serve {BUS_NAME} on the bus")]
+    Bus(#[source] zbus::Error),
+    /// The engine refused to start.
+    #[error("the engine failed while starting the service")]
+    Engine(#[source] EngineError),
+    /// The engine task panicked.
+    #[error("the engine task died while starting the service")]
+    Join(#[source] tokio::task::JoinError),
+}
+
+/// Maps an engine failure onto the typed D-Bus error of its kind; the message is the whole
+/// cause chain on one line.
+pub fn bus_error(error: &EngineError) -> BusError {
+    let kind = match error.kind() {
+        crate::ErrorKind::NotFound => ErrorKind::NotFound,
+        crate::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
+        crate::ErrorKind::InUse => ErrorKind::InUse,
+        crate::ErrorKind::NoCapacity => ErrorKind::NoCapacity,
+        crate::ErrorKind::InvalidArgs => ErrorKind::InvalidArgs,
+        crate::ErrorKind::NotSupported => ErrorKind::NotSupported,
+        crate::ErrorKind::Busy => ErrorKind::Busy,
+        crate::ErrorKind::TimedOut => ErrorKind::TimedOut,
+        crate::ErrorKind::Cancelled => ErrorKind::Cancelled,
+        crate::ErrorKind::Failed => ErrorKind::Failed,
+    };
+    BusError::new(kind, error_chain(error))
+}
+
+/// `error: cause: cause` on one line.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// One line per reconcile action, for the `ReconcileReport` property and the log.
+pub fn describe_reconcile(report: &ReconcileReport) -> Vec<String> {
+    report
+        .actions
+        .iter()
+        .map(|action| match action {
+            ReconcileAction::Recreated { uuid } => format!("recreated autostart instance {uuid}"),
+            ReconcileAction::RecreateFailed { uuid, error } => {
+                format!("could not recreate autostart instance {uuid}: {error}")
+            }
+            ReconcileAction::VfsRestored { pf, num_vfs } => {
+                format!("restored {num_vfs} VFs on PF {pf}")
+            }
+            ReconcileAction::VfsRestoreFailed { pf, error } => {
+                format!("could not restore the VFs of PF {pf}: {error}")
+            }
+            ReconcileAction::Vanished {
+                uuid,
+                forgotten: true,
+            } => {
+                format!("transient instance {uuid} is gone; forgotten")
+            }
+            ReconcileAction::Vanished {
+                uuid,
+                forgotten: false,
+            } => {
+                format!("persistent instance {uuid} is gone; kept as a stopped definition")
+            }
+            ReconcileAction::Unknown { id, parent } => {
+                format!("instance {id} on {parent} is not managed by this service; left alone")
+            }
+            ReconcileAction::PendingReleaseDone {
+                domain_uuid,
+                report,
+            } => format!(
+                "finished the pending release of domain {domain_uuid} ({} destroyed, {} unclaimed)",
+                report.destroyed.len(),
+                report.unclaimed.len()
+            ),
+            ReconcileAction::PendingReleaseFailed { file, error } => {
+                format!("could not finish pending release {file}: {error}")
+            }
+        })
+        .collect()
+}
+
+/// The service: shared by every interface object.
+#[derive(Debug)]
+pub struct Service {
+    engine: Arc<Engine>,
+    authorizer: Arc<dyn Authorizer>,
+    features: Vec<String>,
+    reconcile_lines: Mutex<Vec<String>>,
+    exported: tokio::sync::Mutex<Model>,
+    next_job: AtomicU64,
+}
+
+impl Service {
+    /// A service over `engine`, asking `authorizer`. `features` is published as
+    /// `Manager.Features`.
+    pub fn new(
+        engine: Arc<Engine>,
+        authorizer: Arc<dyn Authorizer>,
+        features: Vec<String>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            engine,
+            authorizer,
+            features,
+            reconcile_lines: Mutex::new(Vec::new()),
+            exported: tokio::sync::Mutex::new(Model::default()),
+            next_job: AtomicU64::new(1),
+        })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    fn reconcile_lines(&self) -> Vec<String> {
+        self.reconcile_lines
+            .lock()
+            .map(|lines| lines.clone())
+            .unwrap_or_default()
+    }
+
+    /// Registers every object on `builder`'s connection *before* it takes the bus name (when it
+    /// asks for one), then follows engine events. `reconcile` runs the engine's reconcile first
+    /// and publishes its report.
+    pub async fn serve(
+        self: &Arc<Self>,
+        builder: zbus::connection::Builder<'_>,
+        reconcile: bool,
+    ) -> Result<Connection, DaemonError> {
+        // Subscribe before the first read so no change between the two is missed.
+        let events = self.engine.subscribe();
+        if reconcile {
+            let engine = self.engine.clone();
+            let report = tokio::task::spawn_blocking(move || engine.reconcile())
+                .await
+                .map_err(DaemonError::Join)?
+                .map_err(DaemonError::Engine)?;
+            self.publish_reconcile(&report);
+        }
+        let engine = self.engine.clone();
+        let model = tokio::task::spawn_blocking(move || Model::read(&engine))
+            .await
+            .map_err(DaemonError::Join)?
+            .map_err(DaemonError::Engine)?;
+
+        let connection = builder
+            .serve_at(
+                MANAGER_PATH,
+                ManagerIface {
+                    service: self.clone(),
+                },
+            )
+            .build()
+            .await
+            .map_err(DaemonError::Bus)?;
+        {
+            let mut exported = self.exported.lock().await;
+            self.apply(&connection, &mut exported, model).await;
+        }
+        // The ObjectManager goes on last: adding it announces every object already there.
+        connection
+            .object_server()
+            .at(ROOT_PATH, zbus::fdo::ObjectManager)
+            .await
+            .map_err(DaemonError::Bus)?;
+        self.follow_events(connection.clone(), events);
+        Ok(connection)
+    }
+
+    /// Takes the well-known name (after [`Service::serve`] registered the objects).
+    pub async fn request_name(connection: &Connection) -> Result<(), DaemonError> {
+        connection
+            .request_name(BUS_NAME)
+            .await
+            .map_err(DaemonError::Bus)
+    }
+
+    fn publish_reconcile(&self, report: &ReconcileReport) {
+        let lines = describe_reconcile(report);
+        for line in &lines {
+            tracing::info!(target: "reconcile", "{line}");
+        }
+        if let Ok(mut current) = self.reconcile_lines.lock() {
+            *current = lines;
+        }
+    }
+
+    /// Runs the engine's reconcile, publishes the report and refreshes every object.
+    pub async fn reconcile(self: &Arc<Self>, connection: &Connection) -> Result<(), BusError> {
+        let report = self.call(|engine| engine.reconcile()).await?;
+        self.publish_reconcile(&report);
+        if let Ok(emitter) = SignalEmitter::new(connection, MANAGER_PATH) {
+            let _ = ManagerIface::reconcile_report_changed_emit(self, &emitter).await;
+        }
+        self.refresh(connection).await;
+        Ok(())
+    }
+
+    /// Runs `f` on the engine on the blocking pool and maps its error.
+    pub async fn call<T, F>(&self, f: F) -> Result<T, BusError>
+    where
+        F: FnOnce(&Engine) -> Result<T, EngineError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let engine = self.engine.clone();
+        match tokio::task::spawn_blocking(move || f(&engine)).await {
+            Ok(result) => result.map_err(|e| bus_error(&e)),
+            Err(join) => Err(BusError::Failed(format!("engine call failed: {join}"))),
+        }
+    }
+
+    /// uid of the caller of `header`, `u32::MAX` when unknown (peer-to-peer).
+    pub async fn caller_uid(&self, connection: &Connection, header: &Header<'_>) -> u32 {
+        let Some(sender) = header.sender() else {
+            return u32::MAX;
+        };
+        let Ok(dbus) = zbus::fdo::DBusProxy::new(connection).await else {
+            return u32::MAX;
+        };
+        dbus.get_connection_unix_user(sender.clone().into())
+            .await
+            .unwrap_or(u32::MAX)
+    }
+
+    /// Re-reads the engine and brings the exported objects in line: new objects are added
+    /// (`InterfacesAdded`), gone ones removed (`InterfacesRemoved`), changed properties
+    /// announced (`PropertiesChanged`). Failures are logged: the objects stay as they were.
+    pub async fn refresh(self: &Arc<Self>, connection: &Connection) {
+        // Held across the read so concurrent refreshes apply in order.
+        let mut exported = self.exported.lock().await;
+        let engine = self.engine.clone();
+        match tokio::task::spawn_blocking(move || Model::read(&engine)).await {
+            Ok(Ok(model)) => self.apply(connection, &mut exported, model).await,
+            Ok(Err(error)) => tracing::error!(error = %error_chain(&error), "cannot read the host"),
+            Err(join) => tracing::error!(error = %join, "host read panicked"),
+        }
+    }
+
+    async fn apply(self: &Arc<Self>, connection: &Connection, exported: &mut Model, new: Model) {
+        let server = connection.object_server();
+        // Removals first, children before parents; additions parents before children.
+        sync(
+            server,
+            connection,
+            &mut exported.instances,
+            &new.instances,
+            |data| InstanceIface {
+                service: self.clone(),
+                data,
+            },
+        )
+        .await;
+        sync(
+            server,
+            connection,
+            &mut exported.types,
+            &new.types,
+            |data| TypeIface { data },
+        )
+        .await;
+        sync(
+            server,
+            connection,
+            &mut exported.sriov,
+            &new.sriov,
+            |data| SriovIface {
+                service: self.clone(),
+                data,
+            },
+        )
+        .await;
+        sync(
+            server,
+            connection,
+            &mut exported.parents,
+            &new.parents,
+            |data| ParentIface { data },
+        )
+        .await;
+        sync(
+            server,
+            connection,
+            &mut exported.profiles,
+            &new.profiles,
+            |data| ProfileIface { data },
+        )
+        .await;
+    }
+
+    fn follow_events(
+        self: &Arc<Self>,
+        connection: Connection,
+        events: crate::engine::EventSubscription,
+    ) {
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<EngineEvent>();
+        // The subscription blocks, so it gets a thread; it ends when the engine drops the
+        // channel or the service side goes away.
+        std::thread::Builder::new()
+            .name("engine-events".into())
+            .spawn(move || {
+                while let Some(event) = events.recv() {
+                    if sender.send(event).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| tracing::error!(error = %e, "cannot start the event thread"))
+            .ok();
+        let service = self.clone();
+        tokio::spawn(async move {
+            while let Some(event) = receiver.recv().await {
+                tracing::debug!(?event, "engine event");
+                // A burst of events (a batch create, a udev storm) needs one refresh.
+                while receiver.try_recv().is_ok() {}
+                service.refresh(&connection).await;
+            }
+        });
+    }
+
+    /// Starts a job running `work` on the engine: exports the Job object, announces it with
+    /// `JobNew`, and when `work` finishes sets its result, emits `Job.Completed` and
+    /// `Manager.JobRemoved`, refreshes the objects and removes the Job.
+    pub async fn start_job<F>(
+        self: &Arc<Self>,
+        connection: &Connection,
+        operation: &'static str,
+        objects: Vec<OwnedObjectPath>,
+        started_by_uid: u32,
+        work: F,
+    ) -> Result<OwnedObjectPath, BusError>
+    where
+        F: FnOnce(&Engine) -> Result<String, EngineError> + Send + 'static,
+    {
+        let id = self.next_job.fetch_add(1, Ordering::Relaxed);
+        let path = dbus_api::path::job_path(id);
+        let job = JobIface {
+            data: JobData {
+                operation: operation.to_string(),
+                objects,
+                started_by_uid,
+                finished: false,
+                success: false,
+                message: String::new(),
+            },
+        };
+        let server = connection.object_server();
+        server
+            .at(&path, job)
+            .await
+            .map_err(|e| BusError::Failed(format!("cannot export job {path}: {e}")))?;
+        if let Ok(emitter) = SignalEmitter::new(connection, MANAGER_PATH) {
+            let _ = ManagerIface::job_new(&emitter, path.as_ref(), operation).await;
+        }
+        let service = self.clone();
+        let connection = connection.clone();
+        let job_path = path.clone();
+        tokio::spawn(async move {
+            let (success, message) = match service.call(work).await {
+                Ok(message) => (true, message),
+                Err(error) => (false, format!("{}: {}", error.kind(), error.message())),
+            };
+            tracing::info!(job = %job_path, operation, success, %message, "job finished");
+            let server = connection.object_server();
+            if let Ok(job) = server.interface::<_, JobIface>(&job_path).await {
+                let old = job.get().await.data.clone();
+                let new = JobData {
+                    finished: true,
+                    success,
+                    message: message.clone(),
+                    ..old.clone()
+                };
+                job.get_mut().await.data = new.clone();
+                emit_changed::<JobIface, _>(&connection, &job_path, &old, &new).await;
+                let _ = JobIface::completed(job.signal_emitter(), success, &message).await;
+            }
+            service.refresh(&connection).await;
+            if let Ok(emitter) = SignalEmitter::new(&connection, MANAGER_PATH) {
+                let result = if success { "done" } else { "failed" };
+                let _ =
+                    ManagerIface::job_removed(&emitter, job_path.as_ref(), result, &message).await;
+            }
+            let _ = server.remove::<JobIface, _>(&job_path).await;
+        });
+        Ok(path)
+    }
+}
+
+impl ManagerIface {
+    async fn reconcile_report_changed_emit(
+        service: &Arc<Service>,
+        emitter: &SignalEmitter<'_>,
+    ) -> zbus::Result<()> {
+        let mut changed = std::collections::HashMap::new();
+        changed.insert(
+            "ReconcileReport",
+            zbus::Variant::from(service.reconcile_lines()),
+        );
+        zbus::fdo::Properties::properties_changed(
+            emitter,
+            InterfaceName::from_static_str_unchecked(dbus_api::names::interface::MANAGER),
+            changed,
+            std::borrow::Cow::Borrowed(&[]),
+        )
+        .await
+    }
+}
+
+impl Properties for JobData {
+    fn properties(&self) -> Vec<(&'static str, zbus::Variant<'static>)> {
+        vec![
+            ("Finished", zbus::Variant::from(self.finished)),
+            ("Success", zbus::Variant::from(self.success)),
+            ("Message", zbus::Variant::from(self.message.clone())),
+        ]
+    }
+}
+
+/// An interface whose properties come from one [`Properties`] record.
+pub trait Exported: Interface {
+    /// The record type.
+    type Data: Properties;
+    /// The record, to update it in place.
+    fn data_mut(&mut self) -> &mut Self::Data;
+}
+
+macro_rules! exported {
+    ($iface:ty, $data:ty) => {
+        impl Exported for $iface {
+            type Data = $data;
+            fn data_mut(&mut self) -> &mut $data {
+                &mut self.data
+            }
+        }
+    };
+}
+exported!(InstanceIface, model::InstanceData);
+exported!(TypeIface, model::TypeData);
+exported!(SriovIface, model::SriovData);
+exported!(ParentIface, model::ParentData);
+exported!(ProfileIface, model::ProfileData);
+exported!(JobIface, JobData);
+
+async fn emit_changed<I: Interface, P: Properties>(
+    connection: &Connection,
+    path: &OwnedObjectPath,
+    old: &P,
+    new: &P,
+) {
+    let changed = changed_properties(old, new);
+    if changed.is_empty() {
+        return;
+    }
+    let Ok(emitter) = SignalEmitter::new(connection, path.as_ref()) else {
+        return;
+    };
+    let changed: std::collections::HashMap<&str, zbus::Variant<'_>> = changed.into_iter().collect();
+    if let Err(error) = zbus::fdo::Properties::properties_changed(
+        &emitter,
+        I::name(),
+        changed,
+        std::borrow::Cow::Borrowed(&[]),
+    )
+    .await
+    {
+        tracing::warn!(%path, %error, "cannot emit PropertiesChanged");
+    }
+}
+
+async fn sync<I, F>(
+    server: &ObjectServer,
+    connection: &Connection,
+    current: &mut std::collections::HashMap<OwnedObjectPath, I::Data>,
+    desired: &std::collections::HashMap<OwnedObjectPath, I::Data>,
+    make: F,
+) where
+    I: Exported,
+    F: Fn(I::Data) -> I,
+{
+    let gone: Vec<OwnedObjectPath> = current
+        .keys()
+        .filter(|path| !desired.contains_key(*path))
+        .cloned()
+        .collect();
+    for path in gone {
+        if let Err(error) = server.remove::<I, _>(&path).await {
+            tracing::warn!(%path, %error, "cannot remove object");
+        }
+        current.remove(&path);
+    }
+    for (path, data) in desired {
+        match current.get(path) {
+            None => {
+                if let Err(error) = server.at(path, make(data.clone())).await {
+                    tracing::warn!(%path, %error, "cannot export object");
+                    continue;
+                }
+                current.insert(path.clone(), data.clone());
+            }
+            Some(old) if old != data => {
+                if let Ok(iface) = server.interface::<_, I>(path).await {
+                    *iface.get_mut().await.data_mut() = data.clone();
+                }
+                emit_changed::<I, _>(connection, path, old, data).await;
+                current.insert(path.clone(), data.clone());
+            }
+            Some(_) => {}
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! What the service exports, computed from the engine: one record per object, with the
+//! property values the D-Bus interfaces serve. Comparing two models gives the objects to add,
+//! remove and the properties that changed.
+
+use std::collections::{BTreeSet, HashMap};
+
+use dbus_api::path;
+use zbus::{OwnedObjectPath, Variant};
+
+use crate::engine::{Engine, EngineError, InstanceInfo, Inventory, ProfileSummary};
+
+/// A record whose fields are the properties of one interface.
+pub trait Properties: Clone + PartialEq + Send + Sync + 'static {
+    /// `(name, value)` of every property, in introspection order.
+    fn properties(&self) -> Vec<(&'static str, Variant<'static>)>;
+}
+
+fn paths(list: &[OwnedObjectPath]) -> Variant<'static> {
+    Variant::from(
+        list.iter()
+            .map(|p| p.clone().into_inner())
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// A parent device (mdev parent or SR-IOV PF).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentData {
+    /// sysfs name (the key).
+    pub name: String,
+    /// PCI address, empty for a non-PCI parent.
+    pub pci_address: String,
+    /// PCI vendor id (0 when not PCI).
+    pub vendor_id: u16,
+    /// PCI device id.
+    pub device_id: u16,
+    /// Bound driver.
+    pub driver: String,
+    /// NUMA node (-1 unknown).
+    pub numa_node: i32,
+    /// `mdev`, `sriov`.
+    pub modes: Vec<String>,
+    /// Type objects.
+    pub types: Vec<OwnedObjectPath>,
+    /// Instance objects.
+    pub instances: Vec<OwnedObjectPath>,
+}
+
+impl Properties for ParentData {
+    fn properties(&self) -> Vec<(&'static str, Variant<'static>)> {
+        vec![
+            ("Name", Variant::from(self.name.clone())),
+            ("PciAddress", Variant::from(self.pci_address.clone())),
+            ("VendorId", Variant::from(self.vendor_id)),
+            ("DeviceId", Variant::from(self.device_id)),
+            ("Driver", Variant::from(self.driver.clone())),
+            ("NumaNode", Variant::from(self.numa_node)),
+            ("Modes", Variant::from(self.modes.clone())),
+            ("Types", paths(&self.types)),
+            ("Instances", paths(&self.instances)),
+        ]
+    }
+}
+
+/// SR-IOV state of a PF.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SriovData {
+    /// PF address.
+    pub pf: String,
+    /// `sriov_totalvfs`.
+    pub total_vfs: u32,
+    /// `sriov_numvfs`.
+    pub num_vfs: u32,
+    /// Enabled VF addresses.
+    pub vfs: Vec<String>,
+}
+
+impl Properties for SriovData {
+    fn properties(&self) -> Vec<(&'static str, Variant<'static>)> {
+        vec![
+            ("TotalVfs", Variant::from(self.total_vfs)),
+            ("NumVfs", Variant::from(self.num_vfs)),
+            ("Vfs", Variant::from(self.vfs.clone())),
+        ]
+    }
+}
+
+/// An mdev type of a parent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeData {
+    /// Type id.
+    pub id: String,
+    /// `name`.
+    pub name: String,
+    /// `description`.
+    pub description: String,
+    /// `device_api`.
+    pub device_api: String,
+    /// Parent object.
+    pub parent: OwnedObjectPath,
+    /// Parent sysfs name.
+    pub parent_name: String,
+    /// `available_instances`.
+    pub available_instances: u32,
+    /// Instance objects of this type.
+    pub instances: Vec<OwnedObjectPath>,
+}
+
+impl Properties for TypeData {
+    fn properties(&self) -> Vec<(&'static str, Variant<'static>)> {
+        vec![
+            ("Id", Variant::from(self.id.clone())),
+            ("Name", Variant::from(self.name.clone())),
+            ("Description", Variant::from(self.description.clone())),
+            ("DeviceApi", Variant::from(self.device_api.clone())),
+            ("Parent", Variant::from(self.parent.clone().into_inner())),
+            ("ParentName", Variant::from(self.parent_name.clone())),
+            (
+                "AvailableInstances",
+                Variant::from(self.available_instances),
+            ),
+            ("Instances", paths(&self.instances)),
+        ]
+    }
+}
+
+/// An instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceData {
+    /// UUID (the key).
+    pub uuid: String,
+    /// `mdev`, `vf`, `nvidia-vf`.
+    pub kind: String,
+    /// VF address for VF kinds.
+    pub pci_address: String,
+    /// Parent object.
+    pub parent: OwnedObjectPath,
+    /// Parent sysfs name.
+    pub parent_name: String,
+    /// Type id.
+    pub type_id: String,
+    /// Profile.
+    pub profile: String,
+    /// Exists now.
+    pub active: bool,
+    /// Definition kept.
+    pub persistent: bool,
+    /// Created at start.
+    pub autostart: bool,
+    /// `created`, `adopted` or empty (not managed).
+    pub owner: String,
+    /// Holder domain name.
+    pub holder: String,
+    /// Holder domain UUID.
+    pub holder_uuid: String,
+    /// IOMMU group or -1.
+    pub iommu_group: i32,
+    /// Scheduling weight, 0 when unset.
+    pub weight: u32,
+}
+
+impl Properties for InstanceData {
+    fn properties(&self) -> Vec<(&'static str, Variant<'static>)> {
+        vec![
+            ("Uuid", Variant::from(self.uuid.clone())),
+            ("Kind", Variant::from(self.kind.clone())),
+            ("PciAddress", Variant::from(self.pci_address.clone())),
+            ("Parent", Variant::from(self.parent.clone().into_inner())),
+            ("ParentName", Variant::from(self.parent_name.clone())),
+            ("Type", Variant::from(self.type_id.clone())),
+            ("Profile", Variant::from(self.profile.clone())),
+            ("Active", Variant::from(self.active)),
+            ("Persistent", Variant::from(self.persistent)),
+            ("Autostart", Variant::from(self.autostart)),
+            ("Owner", Variant::from(self.owner.clone())),
+            ("Holder", Variant::from(self.holder.clone())),
+            ("HolderUuid", Variant::from(self.holder_uuid.clone())),
+            ("IommuGroup", Variant::from(self.iommu_group)),
+            ("Weight", Variant::from(self.weight)),
+        ]
+    }
+}
+
+/// A profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileData {
+    /// Name (the key).
+    pub name: String,
+    /// Description.
+    pub description: String,
+}
+
+impl Properties for ProfileData {
+    fn properties(&self) -> Vec<(&'static str, Variant<'static>)> {
+        vec![
+            ("Name", Variant::from(self.name.clone())),
+            ("Description", Variant::from(self.description.clone())),
+        ]
+    }
+}
+
+/// Every exported object, by path.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Model {
+    /// Parents.
+    pub parents: HashMap<OwnedObjectPath, ParentData>,
+    /// The SR-IOV interface of parents that are PFs.
+    pub sriov: HashMap<OwnedObjectPath, SriovData>,
+    /// mdev types.
+    pub types: HashMap<OwnedObjectPath, TypeData>,
+    /// Instances.
+    pub instances: HashMap<OwnedObjectPath, InstanceData>,
+    /// Profiles.
+    pub profiles: HashMap<OwnedObjectPath, ProfileData>,
+}
+
+impl Model {
+    /// Reads the engine (blocking: call from `spawn_blocking`).
+    pub fn read(engine: &Engine) -> Result<Self, EngineError> {
+        let inventory = engine.inventory()?;
+        let instances = engine.instances()?;
+        let profiles = engine.profiles();
+        Ok(Self::build(&inventory, &instances, &profiles))
+    }
+
+    /// Builds the model from engine answers.
+    pub fn build(
+        inventory: &Inventory,
+        instances: &[InstanceInfo],
+        profiles: &[ProfileSummary],
+    ) -> Self {
+        let mut model = Model::default();
+        let mut names: BTreeSet<String> = BTreeSet::new();
+        names.extend(inventory.mdev_parents.iter().map(|p| p.name.clone()));
+        names.extend(
+            inventory
+                .sriov_pfs
+                .iter()
+                .map(|p| p.function.address.to_string()),
+        );
+
+        for name in &names {
+            let mdev = inventory.mdev_parents.iter().find(|p| &p.name == name);
+            let pf = inventory
+                .sriov_pfs
+                .iter()
+                .find(|p| &p.function.address.to_string() == name);
+            let function = mdev
+                .and_then(|m| m.pci.as_ref())
+                .or(pf.map(|p| &p.function));
+            let parent_path = path::parent_path(name);
+            let mut modes = Vec::new();
+            if mdev.is_some() {
+                modes.push("mdev".to_string());
+            }
+            if pf.is_some() {
+                modes.push("sriov".to_string());
+            }
+            let mut type_paths = Vec::new();
+            for mdev_type in mdev.map(|m| m.types.as_slice()).unwrap_or_default() {
+                let type_path = path::mdev_type_path(name, &mdev_type.id);
+                type_paths.push(type_path.clone());
+                model.types.insert(
+                    type_path,
+                    TypeData {
+                        id: mdev_type.id.clone(),
+                        name: mdev_type.name.clone().unwrap_or_default(),
+                        description: mdev_type.description.clone().unwrap_or_default(),
+                        device_api: mdev_type.device_api.clone().unwrap_or_default(),
+                        parent: parent_path.clone(),
+                        parent_name: name.clone(),
+                        available_instances: mdev_type.available_instances,
+                        instances: mdev_type
+                            .devices
+                            .iter()
+                            .map(|uuid| path::mdev_instance_path(uuid))
+                            .collect(),
+                    },
+                );
+            }
+            let instance_paths = instances
+                .iter()
+                .filter(|i| &i.parent == name)
+                .map(|i| path::mdev_instance_path(&i.uuid))
+                .collect();
+            model.parents.insert(
+                parent_path.clone(),
+                ParentData {
+                    name: name.clone(),
+                    pci_address: function.map(|f| f.address.to_string()).unwrap_or_default(),
+                    vendor_id: function.and_then(|f| f.vendor_id).unwrap_or(0),
+                    device_id: function.and_then(|f| f.device_id).unwrap_or(0),
+                    driver: function.and_then(|f| f.driver.clone()).unwrap_or_default(),
+                    numa_node: function.and_then(|f| f.numa_node).unwrap_or(-1),
+                    modes,
+                    types: type_paths,
+                    instances: instance_paths,
+                },
+            );
+            if let Some(pf) = pf {
+                model.sriov.insert(
+                    parent_path,
+                    SriovData {
+                        pf: name.clone(),
+                        total_vfs: pf.total_vfs,
+                        num_vfs: pf.num_vfs,
+                        vfs: pf
+                            .vfs
+                            .iter()
+                            .map(|vf| vf.function.address.to_string())
+                            .collect(),
+                    },
+                );
+            }
+        }
+
+        for info in instances {
+            model
+                .instances
+                .insert(path::mdev_instance_path(&info.uuid), instance_data(info));
+        }
+        for profile in profiles {
+            model.profiles.insert(
+                path::profile_path(&profile.name),
+                ProfileData {
+                    name: profile.name.clone(),
+                    description: profile.description.clone().unwrap_or_default(),
+                },
+            );
+        }
+        model
+    }
+}
+
+fn instance_data(info: &InstanceInfo) -> InstanceData {
+    use crate::engine::Owner;
+    InstanceData {
+        uuid: info.uuid.clone(),
+        kind: info.kind.to_string(),
+        pci_address: info.vf.map(|a| a.to_string()).unwrap_or_default(),
+        parent: path::parent_path(&info.parent),
+        parent_name: info.parent.clone(),
+        type_id: info.type_id.clone(),
+        profile: info.profile.clone().unwrap_or_default(),
+        active: info.active,
+        persistent: info.persistent,
+        autostart: info.autostart,
+        owner: match info.owner {
+            Some(Owner::CreatedByUs) => "created",
+            Some(Owner::Adopted) => "adopted",
+            None => "",
+        }
+        .to_string(),
+        holder: info
+            .claim
+            .as_ref()
+            .map(|c| c.domain_name.clone())
+            .unwrap_or_default(),
+        holder_uuid: info
+            .claim
+            .as_ref()
+            .map(|c| c.domain_uuid.clone())
+            .unwrap_or_default(),
+        iommu_group: info
+            .iommu_group
+            .and_then(|g| i32::try_from(g).ok())
+            .unwrap_or(-1),
+        weight: info.scheduling.weight.unwrap_or(0),
+    }
+}
+
+/// The properties of `new` that differ from `old`.
+pub fn changed_properties<P: Properties>(
+    old: &P,
+    new: &P,
+) -> Vec<(&'static str, Variant<'static>)> {
+    old.properties()
+        .into_iter()
+        .zip(new.properties())
+        .filter(|((_, a), (_, b))| a != b)
+        .map(|(_, new)| new)
+        .collect()
+}

@@ -1,0 +1,243 @@
+//! `mdev-manager`: the vGPU host service on D-Bus (`org.mdevmanager.VGpu1`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use mdev_manager::daemon::auth::{Authorizer, Polkit};
+use mdev_manager::daemon::Service;
+use mdev_manager::engine::{DiskFiles, Engine, EngineConfig};
+use mdev_manager::host::{HostFs, RealFs};
+use serde::Deserialize;
+
+/// Default configuration file (host path, under --root).
+const CONFIG_PATH: &str = "/etc/mdev-manager/mdev-manager.toml";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mdev-manager",
+    version,
+    about = "vGPU host service (VFIO mdev and SR-IOV) on D-Bus"
+)]
+struct Cli {
+    /// Serve on the session bus instead of the system bus.
+    #[arg(long, conflicts_with = "address")]
+    session: bool,
+    /// Serve on the bus at this D-Bus address (`unix:path=/run/...`).
+    #[arg(long, value_name = "ADDR")]
+    address: Option<String>,
+    /// Run on the simulated host instead of the real one: a built-in topology name
+    /// (`default`, `samples`, `scale`) or a topology TOML file.
+    #[arg(long, value_name = "TOPOLOGY", num_args = 0..=1, default_missing_value = "default")]
+    simulate: Option<String>,
+    /// Directory of the state store (host path; default /var/lib/mdev-manager, or a fresh
+    /// temporary directory with --simulate).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Directory of the profile files (host path; default /etc/mdev-manager/profiles.d).
+    #[arg(long, value_name = "DIR")]
+    profiles_dir: Option<PathBuf>,
+    /// Root directory every host path is re-rooted under (default `/`).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    root: PathBuf,
+    /// Configuration file (host path).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Do not reconcile at start (no device is touched until a client asks).
+    #[arg(long)]
+    no_reconcile: bool,
+}
+
+/// `/etc/mdev-manager/mdev-manager.toml`; every key is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    state_dir: Option<PathBuf>,
+    profiles_dir: Option<PathBuf>,
+    mdevctl_dir: Option<PathBuf>,
+    readiness_timeout_ms: Option<u64>,
+    write_timeout_ms: Option<u64>,
+    log: Option<String>,
+}
+
+fn init_logging(level: Option<&str>) {
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MDEV_MANAGER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.unwrap_or("info")));
+    // systemd sets JOURNAL_STREAM for units whose output goes to the journal: log natively
+    // there (structured fields, priorities) instead of as plain lines.
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        if let Ok(journald) = tracing_journald::layer() {
+            tracing_subscriber::registry()
+                .with(filter)
+                .with(journald)
+                .init();
+            return;
+        }
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn read_config(cli: &Cli) -> Result<ConfigFile> {
+    let explicit = cli.config.is_some();
+    let host_path = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(CONFIG_PATH));
+    let path = RealFs::new(&cli.root)
+        .resolve(&host_path)
+        .with_context(|| format!("config path {}", host_path.display()))?;
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+            Ok(ConfigFile::default())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read config file {}", path.display())),
+    }
+}
+
+fn open_host(
+    cli: &Cli,
+) -> Result<(
+    Arc<dyn HostFs>,
+    Vec<String>,
+    Option<mdev_manager::sim::SimHost>,
+)> {
+    let mut features = vec![
+        "mdev".to_string(),
+        "sriov".to_string(),
+        "persistence".to_string(),
+        "claims".to_string(),
+    ];
+    match &cli.simulate {
+        None => Ok((Arc::new(RealFs::new(&cli.root)), features, None)),
+        Some(topology) => {
+            let host = if topology.ends_with(".toml") || topology.contains('/') {
+                let text = std::fs::read_to_string(topology)
+                    .with_context(|| format!("cannot read topology file {topology}"))?;
+                mdev_manager::sim::SimHost::from_topology_str(&text)
+                    .with_context(|| format!("topology file {topology}"))?
+            } else {
+                mdev_manager::sim::SimHost::builtin(topology)
+                    .with_context(|| format!("built-in topology {topology}"))?
+            };
+            features.push("simulated".to_string());
+            Ok((Arc::new(host.clone()), features, Some(host)))
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let config = read_config(&cli)?;
+    init_logging(config.log.as_deref());
+
+    let (host, features, sim) = open_host(&cli)?;
+    let mut engine_config = EngineConfig::default();
+    if let Some(dir) = config.state_dir.clone() {
+        engine_config.state_dir = dir;
+    }
+    if let Some(dir) = config.profiles_dir.clone() {
+        engine_config.profiles_dir = dir;
+    }
+    if let Some(dir) = config.mdevctl_dir.clone() {
+        engine_config.mdevctl_dir = dir;
+    }
+    if let Some(ms) = config.readiness_timeout_ms {
+        engine_config.readiness_timeout = std::time::Duration::from_millis(ms);
+    }
+    if let Some(ms) = config.write_timeout_ms {
+        engine_config.write_timeout = std::time::Duration::from_millis(ms);
+    }
+    match (&cli.state_dir, &sim) {
+        (Some(dir), _) => engine_config.state_dir = dir.clone(),
+        (None, Some(_)) if config.state_dir.is_none() => {
+            // A simulated host must never write the real host's state.
+            let dir = std::env::temp_dir().join(format!("mdev-manager-sim-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create state directory {}", dir.display()))?;
+            engine_config.state_dir = dir;
+        }
+        _ => {}
+    }
+    if let Some(dir) = &cli.profiles_dir {
+        engine_config.profiles_dir = dir.clone();
+    }
+    if sim.is_some()
+        && cli.root == PathBuf::from("/")
+        && engine_config.state_dir.starts_with("/var/lib")
+    {
+        bail!(
+            "refusing to use {} with --simulate: pass --state-dir",
+            engine_config.state_dir.display()
+        );
+    }
+    tracing::info!(
+        simulated = sim.is_some(),
+        root = %cli.root.display(),
+        state_dir = %engine_config.state_dir.display(),
+        profiles_dir = %engine_config.profiles_dir.display(),
+        "starting"
+    );
+
+    let files = Arc::new(DiskFiles::new(&cli.root));
+    let engine =
+        Arc::new(Engine::new(host, files, engine_config).context("cannot open the engine")?);
+
+    let builder = if let Some(address) = &cli.address {
+        zbus::connection::Builder::address(address.as_str())
+    } else if cli.session {
+        zbus::connection::Builder::session()
+    } else {
+        zbus::connection::Builder::system()
+    };
+    // Polkit needs a connection of its own to ask polkitd from inside method handlers; it is
+    // made on the same bus as the service.
+    let polkit_connection = if let Some(address) = &cli.address {
+        zbus::connection::Builder::address(address.as_str())
+            .build()
+            .await
+    } else if cli.session {
+        zbus::Connection::session().await
+    } else {
+        zbus::Connection::system().await
+    }
+    .context("cannot connect to the bus")?;
+    let authorizer: Arc<dyn Authorizer> = Arc::new(Polkit::new(polkit_connection));
+    let service = Service::new(engine.clone(), authorizer, features);
+    let connection = service
+        .serve(builder, !cli.no_reconcile)
+        .await
+        .context("cannot start the service")?;
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hotplug = mdev_manager::daemon::host_events(&engine, sim.as_ref(), &stop);
+    Service::request_name(&connection)
+        .await
+        .context("cannot take the bus name (is another mdev-manager running?)")?;
+    tracing::info!(name = dbus_api::names::BUS_NAME, "ready");
+
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+    // Give the name back first so clients see the service go away, then stop the host events.
+    let _ = connection.release_name(dbus_api::names::BUS_NAME).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    if let Some(thread) = hotplug {
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+    drop(connection);
+    tracing::info!("stopped");
+    Ok(())
+}
