@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 
 pub mod conformance;
+pub mod daemon;
 pub mod discovery;
 pub mod engine;
 pub mod error;
