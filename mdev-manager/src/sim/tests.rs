@@ -412,3 +412,509 @@ fn sriov_numvfs_errors_and_vf_creation() {
         "no change is success even without a driver"
     );
 }
+
+fn default_host() -> SimHost {
+    SimHost::builtin("default").unwrap()
+}
+
+const T4: &str = "/sys/class/mdev_bus/0000:3b:00.0/mdev_supported_types";
+const GVT: &str = "/sys/class/mdev_bus/0000:00:02.0/mdev_supported_types";
+const H200: &str = "/sys/bus/pci/devices/0000:4b:00.0";
+
+#[test]
+fn nvidia_legacy_types_are_homogeneous() {
+    let host = default_host();
+    assert_eq!(
+        read(&host, &format!("{T4}/nvidia-230/name")),
+        "GRID T4-1Q\n"
+    );
+    assert_eq!(
+        read(&host, &format!("{T4}/nvidia-231/description")),
+        "num_heads=4, frl_config=60, framebuffer=2048M, max_resolution=7680x4320, max_instance=8\n"
+    );
+    assert_eq!(
+        read(&host, &format!("{T4}/nvidia-231/available_instances")),
+        "8\n"
+    );
+    host.write(p(&format!("{T4}/nvidia-231/create")), U1.as_bytes())
+        .unwrap();
+    assert_eq!(
+        read(&host, &format!("{T4}/nvidia-231/available_instances")),
+        "7\n"
+    );
+    assert_eq!(
+        read(&host, &format!("{T4}/nvidia-230/available_instances")),
+        "0\n"
+    );
+    assert_eq!(
+        errno_of(host.write(p(&format!("{T4}/nvidia-230/create")), U2.as_bytes())),
+        Some(libc::ENOSPC)
+    );
+    let params = format!("/sys/bus/mdev/devices/{U1}/nvidia/vgpu_params");
+    assert_eq!(read(&host, &params), "");
+    host.write(p(&params), b"frame_rate_limiter=0, disable_vnc=1")
+        .unwrap();
+    assert_eq!(read(&host, &params), "frame_rate_limiter=0, disable_vnc=1");
+    assert_eq!(
+        host.read_link(p(&format!("/sys/bus/mdev/devices/{U1}")))
+            .unwrap(),
+        p(&format!(
+            "../../../devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0/{U1}"
+        ))
+    );
+    host.write(p(&format!("/sys/bus/mdev/devices/{U1}/remove")), b"1")
+        .unwrap();
+    assert_eq!(
+        read(&host, &format!("{T4}/nvidia-230/available_instances")),
+        "16\n"
+    );
+}
+
+#[test]
+fn gvt_g_matches_a_real_gen9_listing() {
+    let host = default_host();
+    let available: Vec<String> = ["1", "2", "4", "8"]
+        .iter()
+        .map(|n| {
+            read(
+                &host,
+                &format!("{GVT}/i915-GVTg_V5_{n}/available_instances"),
+            )
+        })
+        .collect();
+    assert_eq!(available, ["1\n", "2\n", "5\n", "7\n"]);
+    assert_eq!(
+        read(&host, &format!("{GVT}/i915-GVTg_V5_4/description")),
+        "low_gm_size: 128MB\nhigh_gm_size: 512MB\nfence: 4\nresolution: 1920x1200\nweight: 4\n"
+    );
+    assert_eq!(
+        read(&host, &format!("{GVT}/i915-GVTg_V5_4/name")),
+        "GVTg_V5_4\n"
+    );
+    // A V5_1 takes 512 of 640 MB low GM and 2048 of 2688 MB high GM: V5_2 falls to 0,
+    // V5_8 to 1 (high GM 640 / 384).
+    host.write(p(&format!("{GVT}/i915-GVTg_V5_1/create")), U1.as_bytes())
+        .unwrap();
+    assert_eq!(
+        read(&host, &format!("{GVT}/i915-GVTg_V5_2/available_instances")),
+        "0\n"
+    );
+    assert_eq!(
+        read(&host, &format!("{GVT}/i915-GVTg_V5_8/available_instances")),
+        "1\n"
+    );
+    assert_eq!(
+        errno_of(host.write(p(&format!("{GVT}/i915-GVTg_V5_2/create")), U2.as_bytes())),
+        Some(libc::ENOSPC)
+    );
+}
+
+#[test]
+fn h200_vfs_offer_vgpu_types_and_shrink_when_full() {
+    let host = default_host();
+    assert!(!host.exists(p(&format!("{H200}/virtfn0"))));
+    host.write(p(&format!("{H200}/sriov_numvfs")), b"32")
+        .unwrap();
+    let vf0 = host.read_link(p(&format!("{H200}/virtfn0"))).unwrap();
+    assert_eq!(vf0, p("../0000:4b:00.4"));
+    let vf = "/sys/bus/pci/devices/0000:4b:00.4";
+    assert_eq!(
+        host.read_link(p(&format!("{vf}/driver")))
+            .unwrap()
+            .file_name()
+            .unwrap(),
+        "nvidia"
+    );
+    let creatable = read(&host, &format!("{vf}/nvidia/creatable_vgpu_types"));
+    assert!(
+        creatable.starts_with("ID    : vGPU Name\n1401  : NVIDIA H200X-4C\n"),
+        "{creatable}"
+    );
+    assert_eq!(creatable.lines().count(), 10);
+    assert_eq!(
+        read(&host, &format!("{vf}/nvidia/current_vgpu_type")),
+        "0\n"
+    );
+    // Only a one-instance type: the GPU is full after one.
+    host.write(p(&format!("{vf}/nvidia/current_vgpu_type")), b"1409")
+        .unwrap();
+    assert_eq!(
+        read(&host, &format!("{vf}/nvidia/creatable_vgpu_types")),
+        "ID    : vGPU Name\n"
+    );
+    let vf1 = "/sys/bus/pci/devices/0000:4b:00.5";
+    assert_eq!(
+        read(&host, &format!("{vf1}/nvidia/creatable_vgpu_types")),
+        "ID    : vGPU Name\n"
+    );
+    assert_eq!(
+        errno_of(host.write(p(&format!("{vf1}/nvidia/current_vgpu_type")), b"1409")),
+        Some(libc::ENOSPC)
+    );
+    assert_eq!(
+        errno_of(host.write(p(&format!("{vf1}/nvidia/current_vgpu_type")), b"1401")),
+        Some(libc::EINVAL)
+    );
+    assert_eq!(
+        errno_of(host.write(p(&format!("{vf1}/nvidia/current_vgpu_type")), b"77")),
+        Some(libc::ENODEV)
+    );
+    assert_eq!(
+        errno_of(host.write(p(&format!("{vf1}/nvidia/current_vgpu_type")), b"x")),
+        Some(libc::EINVAL)
+    );
+    // The vGPU makes the VF a VFIO device; while a VMM holds it, it cannot be destroyed.
+    let group = host.read_link(p(&format!("{vf}/iommu_group"))).unwrap();
+    let group = group.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(host.exists(p(&format!("/dev/vfio/{group}"))));
+    let holder = host.hold_device(p(vf), "qemu-system-x86").unwrap();
+    assert_eq!(
+        errno_of(host.write(p(&format!("{vf}/nvidia/current_vgpu_type")), b"0")),
+        Some(libc::EBUSY)
+    );
+    drop(holder);
+    host.write(p(&format!("{vf}/nvidia/current_vgpu_type")), b"0")
+        .unwrap();
+    assert!(!host.exists(p(&format!("/dev/vfio/{group}"))));
+    assert_eq!(
+        read(&host, &format!("{vf1}/nvidia/creatable_vgpu_types"))
+            .lines()
+            .count(),
+        10
+    );
+}
+
+#[test]
+fn amd_gim_enables_its_vfs_itself() {
+    let host = default_host();
+    let pf = "/sys/bus/pci/devices/0000:0c:00.0";
+    assert_eq!(read(&host, &format!("{pf}/sriov_numvfs")), "4\n");
+    assert_eq!(
+        host.read_link(p(&format!("{pf}/virtfn0"))).unwrap(),
+        p("../0000:0c:02.0")
+    );
+    assert_eq!(
+        read(&host, "/sys/bus/pci/devices/0000:0c:02.3/device"),
+        "0x692f\n"
+    );
+    // GIM has no sriov_configure.
+    assert_eq!(
+        errno_of(host.write(p(&format!("{pf}/sriov_numvfs")), b"0")),
+        Some(libc::ENOENT)
+    );
+    host.unload_module("gim").unwrap();
+    assert_eq!(read(&host, &format!("{pf}/sriov_numvfs")), "0\n");
+    assert!(!host.exists(p("/sys/bus/pci/devices/0000:0c:02.0")));
+    host.load_module("gim").unwrap();
+    assert_eq!(read(&host, &format!("{pf}/sriov_numvfs")), "4\n");
+}
+
+#[test]
+fn binding_follows_driver_override() {
+    let host = samples();
+    let numvfs = format!("{PF}/sriov_numvfs");
+    host.write(p(&numvfs), b"2").unwrap();
+    let vf = "/sys/bus/pci/devices/0000:01:00.1";
+    // Autoprobe on: nvme probed the VF and failed, so it has no driver.
+    assert!(!host.exists(p(&format!("{vf}/driver"))));
+    // vfio-pci has no id table: without an override it does not match.
+    assert_eq!(
+        errno_of(host.write(p("/sys/bus/pci/drivers/vfio-pci/bind"), b"0000:01:00.1")),
+        Some(libc::ENODEV)
+    );
+    host.write(p(&format!("{vf}/driver_override")), b"vfio-pci\ntrailing")
+        .unwrap();
+    assert_eq!(read(&host, &format!("{vf}/driver_override")), "vfio-pci\n");
+    host.write(p("/sys/bus/pci/drivers/vfio-pci/bind"), b"0000:01:00.1\n")
+        .unwrap();
+    assert!(host.is_dir(p("/sys/bus/pci/drivers/vfio-pci/0000:01:00.1")));
+    assert_eq!(host.list(p(&format!("{vf}/vfio-dev"))).unwrap().len(), 1);
+    assert_eq!(
+        errno_of(host.write(p("/sys/bus/pci/drivers/nvme/unbind"), b"0000:01:00.1")),
+        Some(libc::ENODEV)
+    );
+    // Unbinding a held VFIO device blocks like removing it.
+    let holder = host.hold_device(p(vf), "qemu").unwrap();
+    let writer = host.clone();
+    let done = std::thread::spawn(move || {
+        writer.write(
+            Path::new("/sys/bus/pci/drivers/vfio-pci/unbind"),
+            b"0000:01:00.1",
+        )
+    });
+    while host.blocked_writes().is_empty() {
+        std::thread::yield_now();
+    }
+    drop(holder);
+    done.join().unwrap().unwrap();
+    assert!(!host.exists(p(&format!("{vf}/driver"))));
+    // Clearing the override gives the device back to id matching.
+    host.write(p(&format!("{vf}/driver_override")), b"\n")
+        .unwrap();
+    assert_eq!(read(&host, &format!("{vf}/driver_override")), "(null)\n");
+    host.write(p("/sys/bus/pci/drivers_probe"), b"0000:01:00.1")
+        .unwrap();
+    assert!(!host.exists(p(&format!("{vf}/driver"))));
+}
+
+#[test]
+fn reboot_loses_instances_vfs_and_holders() {
+    let host = samples();
+    host.write(p(&format!("{MTTY1}/create")), U1.as_bytes())
+        .unwrap();
+    host.write(p(&format!("{PF}/sriov_numvfs")), b"3").unwrap();
+    let holder = host
+        .hold_device(p(&format!("/sys/bus/mdev/devices/{U1}")), "qemu")
+        .unwrap();
+    let pid = holder.pid();
+    host.unload_module("mdpy").unwrap();
+    host.reboot();
+    assert!(host.mdev_uuids().is_empty());
+    assert_eq!(host.vf_count(), 0);
+    assert!(!host.exists(p(&format!("/proc/{pid}"))));
+    assert!(
+        host.exists(p("/sys/class/mdev_bus/mdpy")),
+        "modules come back as the topology says"
+    );
+    drop(holder);
+    assert_eq!(read(&host, &format!("{MTTY1}/available_instances")), "24\n");
+}
+
+#[test]
+fn a_write_blocked_across_reboot_fails_with_enodev() {
+    let host = samples();
+    host.write(p(&format!("{MTTY1}/create")), U1.as_bytes())
+        .unwrap();
+    let holder = host
+        .hold_device(p(&format!("/sys/bus/mdev/devices/{U1}")), "qemu")
+        .unwrap();
+    let writer = host.clone();
+    let remove = format!("/sys/bus/mdev/devices/{U1}/remove");
+    let done = std::thread::spawn(move || writer.write(Path::new(&remove), b"1"));
+    while host.blocked_writes().is_empty() {
+        std::thread::yield_now();
+    }
+    host.reboot();
+    assert_eq!(errno_of(done.join().unwrap()), Some(libc::ENODEV));
+    drop(holder);
+}
+
+#[test]
+fn rmmod_is_refused_while_a_device_is_held() {
+    let host = samples();
+    host.write(p(&format!("{MTTY1}/create")), U1.as_bytes())
+        .unwrap();
+    let holder = host
+        .hold_device(p(&format!("/sys/bus/mdev/devices/{U1}")), "qemu")
+        .unwrap();
+    assert!(matches!(
+        host.unload_module("mtty"),
+        Err(SimError::ModuleInUse(_))
+    ));
+    assert_eq!(host.module_loaded("mtty"), Some(true));
+    drop(holder);
+    host.unload_module("mtty").unwrap();
+    assert!(matches!(
+        host.unload_module("mtty"),
+        Err(SimError::NoSuchModule(_))
+    ));
+}
+
+#[test]
+fn faults_fail_delay_and_block() {
+    let host = samples();
+    let create = format!("{MTTY1}/create");
+    let id = host.inject_fault(Fault::fail("*/mtty-1/create", libc::EIO).times(1));
+    assert_eq!(
+        errno_of(host.write(p(&create), U1.as_bytes())),
+        Some(libc::EIO)
+    );
+    assert!(
+        host.mdev_uuids().is_empty(),
+        "a failed write changes nothing"
+    );
+    host.write(p(&create), U1.as_bytes()).unwrap();
+    host.release_fault(id);
+
+    host.inject_fault(Fault::slow(create.clone(), Duration::from_millis(50)).times(1));
+    let started = std::time::Instant::now();
+    host.write(p(&create), U2.as_bytes()).unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(50));
+
+    // The pattern also matches the canonical path behind the class link.
+    let gate = host.inject_fault(Fault::block("/sys/devices/virtual/mtty/mtty/*/remove"));
+    let writer = host.clone();
+    let done = std::thread::spawn(move || {
+        writer.write(
+            Path::new(&format!("/sys/bus/mdev/devices/{U1}/remove")),
+            b"1",
+        )
+    });
+    while host.blocked_writes().is_empty() {
+        std::thread::yield_now();
+    }
+    assert!(
+        host.exists(p(&format!("/sys/bus/mdev/devices/{U1}"))),
+        "blocked before the store ran"
+    );
+    host.release_fault(gate);
+    done.join().unwrap().unwrap();
+    assert!(!host.exists(p(&format!("/sys/bus/mdev/devices/{U1}"))));
+    host.write(p(&format!("/sys/bus/mdev/devices/{U2}/remove")), b"1")
+        .unwrap();
+}
+
+#[test]
+fn concurrent_creates_never_overcommit() {
+    let host = samples();
+    let mdpy = "/sys/class/mdev_bus/mdpy/mdev_supported_types/mdpy-vga/create";
+    let threads: Vec<_> = (0..16)
+        .map(|n| {
+            let host = host.clone();
+            std::thread::spawn(move || host.write(Path::new(mdpy), uuid(500 + n).as_bytes()))
+        })
+        .collect();
+    let results: Vec<io::Result<()>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 4);
+    assert!(results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .all(|e| e.raw_os_error() == Some(libc::EUSERS)));
+    assert_eq!(host.mdev_uuids().len(), 4);
+}
+
+#[test]
+fn module_load_events_match_udev_order() {
+    let host = samples();
+    host.unload_module("mtty").unwrap();
+    let events = host.subscribe();
+    host.load_module("mtty").unwrap();
+    let seen: Vec<String> = events.try_iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        seen,
+        [
+            "add /devices/virtual/mtty/mtty (mtty) ACTION=add DEVPATH=/devices/virtual/mtty/mtty SUBSYSTEM=mtty",
+            "change /devices/virtual/mtty/mtty (mtty) ACTION=change DEVPATH=/devices/virtual/mtty/mtty MDEV_STATE=registered SUBSYSTEM=mtty",
+        ]
+    );
+}
+
+#[test]
+fn refused_pool_create_shows_up_as_add_then_remove() {
+    let host = samples();
+    let large = "/sys/class/mdev_bus/mbochs/mdev_supported_types/mbochs-large";
+    host.write(p(&format!("{large}/create")), U1.as_bytes())
+        .unwrap();
+    let events = host.subscribe();
+    assert_eq!(
+        errno_of(host.write(p(&format!("{large}/create")), U2.as_bytes())),
+        Some(libc::ENOSPC)
+    );
+    let seen: Vec<UeventAction> = events.try_iter().map(|e| e.action).collect();
+    assert_eq!(seen, [UeventAction::Add, UeventAction::Remove]);
+}
+
+#[test]
+fn every_file_reads_like_sysfs() {
+    for name in ["default", "samples", "scale"] {
+        let host = SimHost::builtin(name).unwrap();
+        for (path, value) in host.read_all_files() {
+            match value {
+                Ok(text) => {
+                    let stored = path.ends_with("vgpu_params");
+                    assert!(
+                        stored || text.ends_with('\n'),
+                        "{name}: {path} = {text:?} lacks the newline"
+                    );
+                }
+                Err(errno) => {
+                    let write_only = ["create", "remove", "bind", "unbind", "drivers_probe"]
+                        .iter()
+                        .any(|f| path.ends_with(f));
+                    let device_node = path.starts_with("/dev/vfio/");
+                    assert!(
+                        write_only || device_node,
+                        "{name}: {path} unreadable: {errno}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn path_errors_are_the_kernels() {
+    let host = samples();
+    assert_eq!(
+        errno_of(host.write(p("/sys/class/mdev_bus/none/x"), b"1")),
+        Some(libc::ENOENT)
+    );
+    assert_eq!(
+        errno_of(host.read(p("/sys/class/mdev_bus")).map(|_| ())),
+        Some(libc::EISDIR)
+    );
+    assert_eq!(
+        host.list(p(&format!("{MTTY1}/name")))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENOTDIR)
+    );
+    assert_eq!(
+        host.read_link(p(&format!("{MTTY1}/name")))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EINVAL)
+    );
+    assert!(!host.exists(p("/sys/../etc/passwd")));
+    assert_eq!(
+        errno_of(host.write(p("/dev/vfio/vfio"), b"1")),
+        Some(libc::EINVAL)
+    );
+    // Empty writes never reach a store function.
+    host.write(p(&format!("{MTTY1}/create")), b"").unwrap();
+    assert!(host.mdev_uuids().is_empty());
+}
+
+/// Golden listing of each topology at boot: every entry, with file contents.
+#[test]
+fn golden_tree_listings() {
+    for name in ["default", "samples", "scale"] {
+        let host = SimHost::builtin(name).unwrap();
+        let values: std::collections::BTreeMap<String, String> = host
+            .read_all_files()
+            .into_iter()
+            .map(|(path, value)| {
+                (
+                    path,
+                    value
+                        .unwrap_or_else(|errno| format!("<{errno}>"))
+                        .escape_default()
+                        .to_string(),
+                )
+            })
+            .collect();
+        let mut text = String::new();
+        for line in host.tree_listing() {
+            match values.get(&line) {
+                Some(value) => text.push_str(&format!("{line} = {value}\n")),
+                None => text.push_str(&format!("{line}\n")),
+            }
+        }
+        let golden =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("src/sim/golden/{name}.txt"));
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
+            std::fs::write(&golden, &text).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&golden)
+            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", golden.display()));
+        if expected != text {
+            let first = expected.lines().zip(text.lines()).position(|(a, b)| a != b);
+            panic!(
+                "{name}: listing differs from {} at line {first:?} (UPDATE_GOLDEN=1 rewrites it)",
+                golden.display()
+            );
+        }
+    }
+}
