@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod amd;
+pub mod backend;
 pub mod gvt;
 pub mod model;
 pub mod nvidia;
@@ -21,9 +22,10 @@ pub mod share;
 pub mod software;
 pub mod svg;
 
+pub use backend::{Backend, Capabilities};
 pub use model::{
-    admit, check_parent, ComputeRequest, InstanceId, InstanceSchedule, ModelError, ParentSchedule,
-    Policy, Refusal,
+    admit, check_parent, parse_duration_us, ComputeRequest, InstanceId, InstanceSchedule,
+    ModelError, ParentSchedule, Policy, Refusal,
 };
 pub use plan::{Busy, Plan, PlannedInstance};
 pub use report::InstanceReport;

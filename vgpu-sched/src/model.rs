@@ -163,6 +163,36 @@ impl InstanceSchedule {
         self.max_share.unwrap_or(Share::WHOLE)
     }
 
+    /// Settings from D-Bus style numbers: weight 1..=10000, shares in ppm with 0 meaning unset
+    /// (no guarantee, no cap). Refusals name the instance and the value.
+    pub fn from_raw(
+        id: impl Into<InstanceId>,
+        weight: u32,
+        min_share_ppm: u32,
+        max_share_ppm: u32,
+    ) -> Result<Self, ModelError> {
+        let id = id.into();
+        let value = |what: &str, source| ModelError::Value {
+            what: format!("{what} of {id}"),
+            source,
+        };
+        let weight = Weight::new(weight).map_err(|e| value("weight", e))?;
+        let share = |what: &str, ppm: u32| -> Result<Option<Share>, ModelError> {
+            if ppm == 0 {
+                return Ok(None);
+            }
+            Share::from_ppm(ppm).map(Some).map_err(|e| value(what, e))
+        };
+        let settings = InstanceSchedule {
+            min_share: share("min share", min_share_ppm)?,
+            max_share: share("max share", max_share_ppm)?,
+            weight,
+            id,
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
     /// Checks the settings on their own: a cap above zero, and a guarantee no larger than the cap.
     pub fn validate(&self) -> Result<(), ModelError> {
         if self.max_share == Some(Share::ZERO) {
@@ -317,6 +347,45 @@ impl ParentSchedule {
     }
 }
 
+/// Reads a duration for a period or time slice: `2ms`, `0.5ms`, `500us`, `500µs`, `1s`; a bare
+/// number is µs. Returns µs.
+pub fn parse_duration_us(text: &str) -> Result<u32, ModelError> {
+    let bad = || ModelError::NotADuration {
+        text: text.to_owned(),
+    };
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let scale: u64 = match unit.trim() {
+        "" | "us" | "µs" => 1,
+        "ms" => 1_000,
+        "s" => 1_000_000,
+        _ => return Err(bad()),
+    };
+    let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() || (number.contains('.') && frac.is_empty()) {
+        return Err(bad());
+    }
+    let whole: u64 = whole.parse().map_err(|_| bad())?;
+    let mut us = whole.checked_mul(scale).ok_or_else(bad)?;
+    // Fractions only down to whole µs: 0.5ms is fine, 0.5us is not.
+    let mut place = scale;
+    for digit in frac.bytes() {
+        place /= 10;
+        let digit = u64::from(digit - b'0');
+        if place == 0 {
+            if digit != 0 {
+                return Err(bad());
+            }
+            continue;
+        }
+        us = us.checked_add(digit * place).ok_or_else(bad)?;
+    }
+    u32::try_from(us).map_err(|_| bad())
+}
+
 /// Admission control for a whole parent: each instance valid, no instance twice, and the
 /// guarantees within 100%.
 pub fn check_parent(
@@ -467,6 +536,12 @@ pub enum ModelError {
         /// The parent.
         parent: String,
     },
+    /// Text that is not a duration.
+    #[error("{text:?} is not a duration (e.g. 2ms, 500us, 1s)")]
+    NotADuration {
+        /// The text given.
+        text: String,
+    },
     /// An instance the parent does not have.
     #[error("instance {instance} is not scheduled on {parent}")]
     UnknownInstance {
@@ -610,6 +685,64 @@ mod tests {
             .with_time_slice_us(100)
             .validate()
             .unwrap();
+    }
+
+    #[test]
+    fn raw_values_from_dbus() {
+        let settings = InstanceSchedule::from_raw("u1", 300, 250_000, 0).unwrap();
+        assert_eq!(settings.weight.get(), 300);
+        assert_eq!(settings.min_share, Some(pct(25)));
+        assert_eq!(settings.max_share, None);
+        let err = InstanceSchedule::from_raw("u1", 0, 0, 0).unwrap_err();
+        assert_eq!(err.to_string(), "invalid scheduling value for weight of u1");
+        assert_eq!(
+            std::error::Error::source(&err).unwrap().to_string(),
+            "weight 0 is outside 1..=10000"
+        );
+        let err = InstanceSchedule::from_raw("u1", 100, 0, 2_000_000).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid scheduling value for max share of u1"
+        );
+        assert!(matches!(
+            InstanceSchedule::from_raw("u1", 100, 500_000, 400_000),
+            Err(ModelError::MinAboveMax { .. })
+        ));
+    }
+
+    #[test]
+    fn durations() {
+        for (text, us) in [
+            ("2ms", 2_000),
+            ("0.5ms", 500),
+            ("500us", 500),
+            ("500µs", 500),
+            ("1s", 1_000_000),
+            ("1.25 s", 1_250_000),
+            ("750", 750),
+            ("3.000ms", 3_000),
+        ] {
+            assert_eq!(parse_duration_us(text).unwrap(), us, "{text}");
+        }
+        for text in [
+            "",
+            "ms",
+            "2 min",
+            "1.ms",
+            ".5ms",
+            "0.5us",
+            "-1ms",
+            "99999999s",
+            "1.0001ms",
+        ] {
+            assert_eq!(
+                parse_duration_us(text),
+                Err(ModelError::NotADuration {
+                    text: text.to_owned()
+                }),
+                "{text}"
+            );
+        }
     }
 
     #[test]
