@@ -4,6 +4,8 @@
 //! * [`vendor`]: parsers for what drivers show (mdev types, descriptions, NVIDIA names,
 //!   `creatable_vgpu_types`, `nvidia-smi mig`) and the vendor-neutral [`vendor::OfferedType`].
 //! * [`profile`] and [`catalog`]: profiles as TOML, the built-in catalog and overrides.
+//! * [`resolve`]: which of one parent's types a profile gets, or why none fits.
+//! * [`placement`]: which parent, capacity-aware, with pack/spread and NUMA preference.
 #![deny(missing_docs)]
 
 pub mod catalog;
@@ -12,3 +14,5 @@ pub mod vendor;
 
 pub use catalog::Catalog;
 pub use profile::{Profile, ProfileError, ProfileName};
+pub mod placement;
+pub mod resolve;

@@ -24,7 +24,9 @@ pub use mig::{
 pub use nvidia::{
     CreatableVgpuType, MigMediaAttr, NvidiaDescription, NvidiaSeries, NvidiaTypeName,
 };
-pub use offered::{DisplayCaps, Isolation, OfferedType, TypeDescription, TypeSource, Vendor};
+pub use offered::{
+    DisplayCaps, Isolation, OfferedType, PciIdentity, TypeDescription, TypeSource, Vendor,
+};
 pub use samples::{MbochsDescription, MdpyDescription};
 
 use serde::{Deserialize, Serialize};

@@ -198,6 +198,21 @@ pub struct OfferedType {
     pub nvidia_name: Option<NvidiaTypeName>,
     /// The parsed description.
     pub description: TypeDescription,
+    /// The PCI identity of a whole function (passthrough / whole VF); `None` for types.
+    pub pci: Option<PciIdentity>,
+}
+
+/// The PCI identity of a function offered whole.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PciIdentity {
+    /// PCI address, `DDDD:BB:DD.F`.
+    pub address: String,
+    /// Vendor id (sysfs `vendor`).
+    pub vendor_id: u16,
+    /// Device id (sysfs `device`).
+    pub device_id: u16,
+    /// 24-bit class code (sysfs `class`, e.g. `0x030200`).
+    pub class_code: u32,
 }
 
 impl OfferedType {
@@ -240,6 +255,7 @@ impl OfferedType {
             vendor_type_id,
             nvidia_name,
             description,
+            pci: None,
         };
         offered.apply_description();
         Ok(offered)
@@ -263,15 +279,16 @@ impl OfferedType {
             vendor_type_id: Some(entry.id),
             nvidia_name,
             description: TypeDescription::Absent,
+            pci: None,
         }
     }
 
     /// A whole function handed to a guest: an SR-IOV VF ([`Isolation::WholeVf`]) or a
-    /// whole GPU ([`Isolation::Passthrough`]). `available` is whether it is free.
+    /// whole GPU ([`Isolation::Passthrough`]). Its id is its PCI address; the vendor comes
+    /// from the PCI vendor id. `available` is whether it is free.
     pub fn whole_function(
-        id: &str,
+        pci: PciIdentity,
         name: &str,
-        vendor: Vendor,
         isolation: Isolation,
         framebuffer_bytes: Option<u64>,
         available: bool,
@@ -281,8 +298,13 @@ impl OfferedType {
         } else {
             TypeSource::WholeDevice
         };
+        let vendor = match pci.vendor_id {
+            0x10de => Vendor::Nvidia,
+            0x1002 => Vendor::Amd,
+            _ => Vendor::Other,
+        };
         OfferedType {
-            id: id.to_owned(),
+            id: pci.address.clone(),
             name: name.to_owned(),
             source,
             vendor,
@@ -295,6 +317,7 @@ impl OfferedType {
             vendor_type_id: None,
             nvidia_name: None,
             description: TypeDescription::Absent,
+            pci: Some(pci),
         }
     }
 
