@@ -165,7 +165,7 @@ fn prepare(
     domain_uuid: &Uuid,
     plan: &ClaimPlan,
 ) -> HookOutcome {
-    match client.prepare_domain(domain, domain_uuid, &plan.devices) {
+    match client.prepare_domain(domain, domain_uuid, plan) {
         Ok(_) => HookOutcome::success(),
         Err(error) if error.is_not_running() && !plan.declares_vgpus() => {
             // Only bare hostdevs: they may be mdevctl's or the admin's, which libvirt can start
@@ -233,7 +233,7 @@ fn reconnect(
     plan: &ClaimPlan,
 ) -> HookOutcome {
     // Exit 0 whatever happens: libvirt kills the guest when reconnect fails.
-    match client.verify_domain(domain, domain_uuid, &plan.devices) {
+    match client.verify_domain(domain, domain_uuid, plan) {
         Ok(drift) => HookOutcome {
             exit_code: 0,
             stdout: Vec::new(),
@@ -263,8 +263,12 @@ pub fn chain(error: &dyn std::error::Error) -> String {
     let mut text = one_line(&error.to_string());
     let mut source = error.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&one_line(&cause.to_string()));
+        let cause_text = one_line(&cause.to_string());
+        // Some foreign errors (zbus, io wrappers) repeat their source in their own message.
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
         source = cause.source();
     }
     text

@@ -3,17 +3,18 @@
 //!
 //! The hook talks to nothing else: never to libvirt, which is blocked waiting for the hook.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
 
-use dbus_api::names::{device_key, option};
+use dbus_api::names::{device_key, interface, option, ROOT_PATH};
 use dbus_api::proxy::ManagerProxy;
 use dbus_api::{BusTarget, ClientError, ErrorKind};
 use uuid::Uuid;
-use zbus::Variant;
+use zbus::{OwnedVariant, Variant};
 
-use crate::plan::ClaimedDevice;
+use crate::pci::PciAddress;
+use crate::plan::{ClaimPlan, ClaimedDevice, DeviceSource};
 
 /// Why a call to the service did not succeed, as the hook must act on it.
 #[derive(Debug, thiserror::Error)]
@@ -64,11 +65,12 @@ impl ServiceError {
         match error {
             ClientError::Service { kind, message } => ServiceError::Refused { kind, message },
             ClientError::Unavailable { .. } => ServiceError::NotRunning(error),
-            ClientError::Bus(zbus::Error::InputOutput(ref io))
-                if matches!(
-                    io.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
-                ) =>
+            ClientError::Bus(
+                zbus::Error::InputOutput(ref io) | zbus::Error::Connection(ref io, _),
+            ) if matches!(
+                io.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
             {
                 // No system bus socket (or nobody listening): then nothing can own our name.
                 ServiceError::NotRunning(error)
@@ -106,6 +108,66 @@ pub fn device_dict(device: &ClaimedDevice) -> HashMap<&'static str, Variant<'sta
     dict
 }
 
+/// The instances the service manages (created or adopted), by the names a domain XML uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManagedInstances {
+    /// mdev UUIDs.
+    pub uuids: HashSet<Uuid>,
+    /// VF (and passed-through device) PCI addresses.
+    pub pci_addresses: HashSet<PciAddress>,
+}
+
+impl ManagedInstances {
+    /// Reads the `org.mdevmanager.VGpu1.Instance` objects of a `GetManagedObjects` answer,
+    /// keeping those whose `Owner` is set (`created` or `adopted`): an instance the service only
+    /// observes belongs to someone else (mdevctl, the admin) and is not ours to claim.
+    pub fn from_managed_objects(objects: &zbus::fdo::ManagedObjects) -> Self {
+        let mut managed = Self::default();
+        for interfaces in objects.values() {
+            let Some(properties) = interfaces
+                .iter()
+                .find(|(name, _)| name.as_str() == interface::INSTANCE)
+                .map(|(_, properties)| properties)
+            else {
+                continue;
+            };
+            let text = |key: &str| -> Option<String> {
+                properties
+                    .get(key)
+                    .and_then(|value: &OwnedVariant| value.try_clone().ok())
+                    .and_then(|value| String::try_from(value).ok())
+            };
+            if text("Owner").unwrap_or_default().is_empty() {
+                continue;
+            }
+            if let Some(address) = text("PciAddress").and_then(|a| a.parse::<PciAddress>().ok()) {
+                managed.pci_addresses.insert(address);
+            } else if let Some(uuid) = text("Uuid").and_then(|u| Uuid::parse_str(&u).ok()) {
+                managed.uuids.insert(uuid);
+            }
+        }
+        managed
+    }
+
+    /// Whether a device of a bare `<hostdev>` names one of these instances.
+    pub fn contains(&self, device: &ClaimedDevice) -> bool {
+        device.uuid.is_some_and(|uuid| self.uuids.contains(&uuid))
+            || device
+                .pci_address
+                .is_some_and(|address| self.pci_addresses.contains(&address))
+    }
+}
+
+/// The devices to send: every declared one, and the bare-hostdev ones the service manages.
+/// `managed` is only consulted when the plan has bare-hostdev devices.
+pub fn select_devices(plan: &ClaimPlan, managed: &ManagedInstances) -> Vec<ClaimedDevice> {
+    plan.devices
+        .iter()
+        .filter(|device| device.source != DeviceSource::Hostdev || managed.contains(device))
+        .cloned()
+        .collect()
+}
+
 /// The options every hook call sends: the hook runs unattended inside libvirtd, so polkit must
 /// never wait for a password.
 fn hook_options() -> HashMap<&'static str, Variant<'static>> {
@@ -131,7 +193,7 @@ impl ServiceClient {
 
     fn call<T, F, Fut>(&self, body: F) -> Result<T, ServiceError>
     where
-        F: FnOnce(ManagerProxy<'static>) -> Fut,
+        F: FnOnce(zbus::Connection, ManagerProxy<'static>) -> Fut,
         Fut: Future<Output = Result<T, zbus::Error>>,
     {
         let timeout = self.timeout;
@@ -140,10 +202,13 @@ impl ServiceClient {
                 let connection = dbus_api::connect(&BusTarget::System)
                     .await
                     .map_err(ServiceError::from_client)?;
-                let proxy = ManagerProxy::new(&connection)
+                // No property cache: the hook reads no property, so skip the GetAll round trip.
+                let proxy = ManagerProxy::builder(&connection)
+                    .cache_properties(zbus::proxy::CacheProperties::No)
+                    .build()
                     .await
                     .map_err(|e| ServiceError::from_client(e.into()))?;
-                body(proxy)
+                body(connection.clone(), proxy)
                     .await
                     .map_err(|e| ServiceError::from_client(e.into()))
             };
@@ -153,20 +218,25 @@ impl ServiceClient {
         })
     }
 
-    /// `PrepareDomain`: claims every device, all or nothing. Returns the instances' paths.
+    /// `PrepareDomain` for the plan's devices (see [`select_devices`]), all or nothing.
+    /// Returns the devices sent (empty when nothing was the service's, in which case no claim
+    /// call is made).
     pub fn prepare_domain(
         &self,
         domain_name: &str,
         domain_uuid: &Uuid,
-        devices: &[ClaimedDevice],
-    ) -> Result<Vec<String>, ServiceError> {
+        plan: &ClaimPlan,
+    ) -> Result<Vec<ClaimedDevice>, ServiceError> {
         let uuid = domain_uuid.as_hyphenated().to_string();
-        let dicts: Vec<_> = devices.iter().map(device_dict).collect();
-        self.call(|proxy| async move {
-            let paths = proxy
-                .prepare_domain(domain_name, &uuid, dicts, hook_options())
-                .await?;
-            Ok(paths.into_iter().map(|path| path.to_string()).collect())
+        self.call(|connection, proxy| async move {
+            let devices = devices_to_send(&connection, plan).await?;
+            if !devices.is_empty() {
+                let dicts: Vec<_> = devices.iter().map(device_dict).collect();
+                proxy
+                    .prepare_domain(domain_name, &uuid, dicts, hook_options())
+                    .await?;
+            }
+            Ok(devices)
         })
     }
 
@@ -177,28 +247,54 @@ impl ServiceClient {
         domain_uuid: &Uuid,
     ) -> Result<(), ServiceError> {
         let uuid = domain_uuid.as_hyphenated().to_string();
-        self.call(|proxy| async move {
+        self.call(|_, proxy| async move {
             proxy
                 .release_domain(domain_name, &uuid, hook_options())
                 .await
         })
     }
 
-    /// `VerifyDomain`: the drift lines (empty when all is as the domain expects).
+    /// `VerifyDomain` for the plan's devices: the drift lines (empty when all is as the
+    /// domain expects, or when nothing in it is the service's).
     pub fn verify_domain(
         &self,
         domain_name: &str,
         domain_uuid: &Uuid,
-        devices: &[ClaimedDevice],
+        plan: &ClaimPlan,
     ) -> Result<Vec<String>, ServiceError> {
         let uuid = domain_uuid.as_hyphenated().to_string();
-        let dicts: Vec<_> = devices.iter().map(device_dict).collect();
-        self.call(|proxy| async move {
+        self.call(|connection, proxy| async move {
+            let devices = devices_to_send(&connection, plan).await?;
+            if devices.is_empty() {
+                return Ok(Vec::new());
+            }
+            let dicts: Vec<_> = devices.iter().map(device_dict).collect();
             proxy
                 .verify_domain(domain_name, &uuid, dicts, hook_options())
                 .await
         })
     }
+}
+
+/// Asks the service which instances it manages only when the plan has bare-hostdev devices:
+/// a domain described by metadata alone costs no extra round trip.
+async fn devices_to_send(
+    connection: &zbus::Connection,
+    plan: &ClaimPlan,
+) -> Result<Vec<ClaimedDevice>, zbus::Error> {
+    let managed = if plan.devices.iter().all(ClaimedDevice::is_declared) {
+        ManagedInstances::default()
+    } else {
+        let objects = zbus::fdo::ObjectManagerProxy::builder(connection)
+            .destination(dbus_api::names::BUS_NAME)
+            .path(ROOT_PATH)
+            .build()
+            .await?
+            .get_managed_objects()
+            .await?;
+        ManagedInstances::from_managed_objects(&objects)
+    };
+    Ok(select_devices(plan, &managed))
 }
 
 #[cfg(test)]
@@ -243,6 +339,82 @@ mod tests {
         assert_eq!(
             refused.to_string(),
             "no capacity on any GPU: profile 'a16-4q': no parent has room"
+        );
+    }
+
+    fn instance(properties: &[(&str, &str)]) -> HashMap<String, OwnedVariant> {
+        properties
+            .iter()
+            .map(|(key, value)| {
+                let value = OwnedVariant::try_from(Variant::from((*value).to_owned())).unwrap();
+                ((*key).to_owned(), value)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_owned_instances_count_as_managed_and_declared_devices_always_go() {
+        use zbus::names::OwnedInterfaceName;
+        use zbus::OwnedObjectPath;
+        let mut objects: zbus::fdo::ManagedObjects = HashMap::new();
+        let mut add = |path: &str, properties: HashMap<String, OwnedVariant>| {
+            let name = OwnedInterfaceName::try_from(interface::INSTANCE).unwrap();
+            objects.insert(
+                OwnedObjectPath::try_from(path).unwrap(),
+                HashMap::from([(name, properties)]),
+            );
+        };
+        let ours = "c2177883-f1bb-47f0-914d-32a22e3a8804";
+        let foreign = "3eb9d718-0b31-11ee-91aa-2b17f51ee12d";
+        add(
+            "/org/mdevmanager/VGpu1/instance/a",
+            instance(&[("Uuid", ours), ("Owner", "created"), ("PciAddress", "")]),
+        );
+        add(
+            "/org/mdevmanager/VGpu1/instance/b",
+            instance(&[("Uuid", foreign), ("Owner", ""), ("PciAddress", "")]),
+        );
+        add(
+            "/org/mdevmanager/VGpu1/instance/c",
+            instance(&[
+                ("Uuid", "0b7ab3b6-6a0e-4c1b-9d59-8c1e5f2a7d30"),
+                ("Owner", "adopted"),
+                ("PciAddress", "0000:3b:00.4"),
+            ]),
+        );
+        let managed = ManagedInstances::from_managed_objects(&objects);
+        assert_eq!(
+            managed.uuids,
+            HashSet::from([Uuid::parse_str(ours).unwrap()])
+        );
+        assert_eq!(
+            managed.pci_addresses,
+            HashSet::from(["0000:3b:00.4".parse().unwrap()])
+        );
+
+        let xml = format!(
+            "<domain><name>d</name><uuid>4dea22b3-1d52-d8f3-2516-782e98ab3fa0</uuid>\
+             <metadata><v:vgpu xmlns:v='{ns}' profile='p' uuid='8a4e1c5f-2b6d-4e9a-a1f3-7c0d2e5b9f41'/></metadata><devices>\
+             <hostdev mode='subsystem' type='mdev'><source><address uuid='{ours}'/></source></hostdev>\
+             <hostdev mode='subsystem' type='mdev'><source><address uuid='{foreign}'/></source></hostdev>\
+             <hostdev mode='subsystem' type='pci' managed='no'><source><address domain='0' bus='0x3b' slot='0' function='4'/></source></hostdev>\
+             <hostdev mode='subsystem' type='pci' managed='no'><source><address domain='0' bus='0x5e' slot='0' function='1'/></source></hostdev>\
+             </devices></domain>",
+            ns = crate::NAMESPACE
+        );
+        let plan = crate::plan::plan_from_xml(xml.as_bytes()).unwrap();
+        assert_eq!(plan.devices.len(), 5);
+        let sent: Vec<String> = select_devices(&plan, &managed)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            sent,
+            vec![
+                "mdev 8a4e1c5f-2b6d-4e9a-a1f3-7c0d2e5b9f41 (profile 'p')".to_owned(),
+                format!("mdev {ours}"),
+                "vf 0000:3b:00.4".to_owned(),
+            ]
         );
     }
 }
