@@ -85,3 +85,54 @@ nvme_pf() {
   done
   return 1
 }
+
+# wait_until SECONDS COMMAND...: polls COMMAND every 0.1 s; fails when it never succeeds.
+wait_until() {
+  local limit="$1" i
+  shift
+  for ((i = 0; i < limit * 10; i++)); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# start_holder SYSFS_DIR: holds the VFIO device open in the background (see hold_vfio.py);
+# sets HOLDER_PID and HOLDER_RELEASE. Fails when the holder does not get the device in time.
+start_holder() {
+  HOLDER_RELEASE="/tmp/release.$RANDOM"
+  local ready="/tmp/held.$RANDOM"
+  python3 "$here/hold_vfio.py" "$1" "$HOLDER_RELEASE" 60 >"$ready" 2>&1 &
+  HOLDER_PID=$!
+  if ! wait_until 20 grep -q '^held ' "$ready"; then
+    echo "the holder never got $1: $(cat "$ready")"
+    kill "$HOLDER_PID" 2>/dev/null
+    return 1
+  fi
+}
+
+release_holder() {
+  touch "$HOLDER_RELEASE"
+  wait "$HOLDER_PID" 2>/dev/null
+}
+
+running() { kill -0 "$1" 2>/dev/null; }
+
+present() { if [ -e "$1" ]; then echo present; else echo absent; fi; }
+
+# ensure_vf_bound: makes sure the nvme PF has VFs and virtfn0 is bound to vfio-pci (so a group
+# can run alone); prints virtfn0's PCI address.
+ensure_vf_bound() {
+  local pf dir vf
+  pf="$(nvme_pf)" || { echo "no nvme PF" >&2; return 1; }
+  dir="/sys/bus/pci/devices/$pf"
+  [ -e "$dir/driver" ] || modprobe nvme || return 1
+  if [ "$(cat "$dir/sriov_numvfs")" = 0 ]; then
+    echo 0 >"$dir/sriov_drivers_autoprobe" && echo 2 >"$dir/sriov_numvfs" || return 1
+  fi
+  vf="$(basename "$(readlink "$dir/virtfn0")")"
+  if [ "$(basename "$(readlink "/sys/bus/pci/devices/$vf/driver" 2>/dev/null)")" != vfio-pci ]; then
+    echo vfio-pci >"/sys/bus/pci/devices/$vf/driver_override" && echo "$vf" >/sys/bus/pci/drivers_probe || return 1
+  fi
+  echo "$vf"
+}

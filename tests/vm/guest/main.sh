@@ -14,7 +14,7 @@ bin="$out/bin"
 # shellcheck source=lib.sh
 source "$here/lib.sh"
 
-CHECK_GROUPS=(modules smoke sriov probe conformance)
+CHECK_GROUPS=(modules smoke sriov probe held conformance unload)
 
 power_off() {
   dmesg >"$out/dmesg.log" 2>&1
