@@ -6,13 +6,15 @@
 //! * [`profile`] and [`catalog`]: profiles as TOML, the built-in catalog and overrides.
 //! * [`resolve`]: which of one parent's types a profile gets, or why none fits.
 //! * [`placement`]: which parent, capacity-aware, with pack/spread and NUMA preference.
+//! * [`mig_plan`]: where a set of MIG GPU instances goes on a GPU's memory slices.
 #![deny(missing_docs)]
 
 pub mod catalog;
+pub mod mig_plan;
+pub mod placement;
 pub mod profile;
+pub mod resolve;
 pub mod vendor;
 
 pub use catalog::Catalog;
 pub use profile::{Profile, ProfileError, ProfileName};
-pub mod placement;
-pub mod resolve;
