@@ -542,14 +542,6 @@ pub enum ModelError {
         /// The text given.
         text: String,
     },
-    /// An instance the parent does not have.
-    #[error("instance {instance} is not scheduled on {parent}")]
-    UnknownInstance {
-        /// The parent.
-        parent: String,
-        /// The instance.
-        instance: InstanceId,
-    },
 }
 
 impl ModelError {

@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::model::{InstanceSchedule, ModelError, ParentSchedule, Policy, Refusal};
 use crate::plan::{Busy, Plan};
 use crate::report::{meets, InstanceReport};
-use crate::share::{Share, Weight, PPM_PER_WHOLE};
+use crate::share::{Share, PPM_PER_WHOLE};
 
 /// Where the service keeps the modprobe options it owns.
 pub const MODPROBE_PATH: &str = "/etc/modprobe.d/mdev-manager-nvidia.conf";
@@ -378,14 +378,14 @@ pub fn report(
                 }
             };
             let mut enforced = meets(planned.share, effective);
-            if parent.policy.uses_weights()
-                && (!same_weights || vgpu.schedule.weight != Weight::DEFAULT)
-            {
+            // Equal weights everywhere are what equal share does anyway; only differing
+            // weights ask for something the driver cannot do.
+            if parent.policy.uses_weights() && !same_weights {
                 notes.push(format!(
                     "per-vGPU weight {} is not enforceable on NVIDIA",
                     vgpu.schedule.weight
                 ));
-                enforced &= same_weights;
+                enforced = false;
             }
             match setting.policy {
                 NvidiaPolicy::BestEffort => {
@@ -534,6 +534,7 @@ impl NvidiaError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::share::Weight;
 
     fn register(
         fixed: bool,
@@ -748,6 +749,14 @@ mod tests {
         assert!(reports[1]
             .note
             .contains("per-vGPU weight 300 is not enforceable"));
+    }
+
+    #[test]
+    fn equal_weights_under_weighted_are_what_equal_share_does() {
+        let parent = ParentSchedule::new("0000:3b:00.0");
+        let reports = report(&parent, &[vgpu("a", 300, 4), vgpu("b", 300, 4)], Busy::All).unwrap();
+        assert!(reports.iter().all(|r| r.enforced), "{reports:?}");
+        assert!(!reports[0].note.contains("not enforceable"));
     }
 
     #[test]

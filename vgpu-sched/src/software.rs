@@ -148,6 +148,10 @@ pub fn period_runs(plan: &Plan) -> Vec<Run> {
     let period = u64::from(plan.period_us);
     while now < period {
         let (client, len_us) = budgets.next(period - now);
+        if len_us == 0 {
+            // Only a hand-built plan without any budget gets here; stop rather than spin.
+            break;
+        }
         let instance = (client < plan.instances.len()).then_some(client);
         let used = budgets.clients[client].runs;
         match runs.last_mut() {
@@ -273,6 +277,10 @@ impl SoftwareScheduler {
         let end = self.now_us + duration_us;
         while self.now_us < end {
             let (client, len_us) = self.budgets.next(end - self.now_us);
+            if len_us == 0 {
+                // Plans from `Plan::compute` always budget the whole period; never spin.
+                break;
+            }
             if self.budgets.clients[client].runs {
                 self.ran_us[client] += len_us;
             } else {
