@@ -182,3 +182,41 @@ fn svg_timeline_fixed_share_with_idle_slot_and_caps() {
         &svg::timeline(&plan),
     );
 }
+
+/// Every SVG we produce must be well-formed XML, or browsers show nothing.
+fn assert_well_formed(svg: &str) {
+    let mut reader = quick_xml::Reader::from_str(svg);
+    let mut depth = 0i32;
+    let mut elements = 0;
+    loop {
+        match reader.read_event() {
+            Ok(quick_xml::events::Event::Start(_)) => {
+                depth += 1;
+                elements += 1;
+            }
+            Ok(quick_xml::events::Event::End(_)) => depth -= 1,
+            Ok(quick_xml::events::Event::Empty(_)) => elements += 1,
+            Ok(quick_xml::events::Event::Text(text)) => {
+                text.unescape().expect("text unescapes");
+            }
+            Ok(quick_xml::events::Event::Eof) => break,
+            Ok(_) => {}
+            Err(e) => panic!("not well-formed at {}: {e}", reader.buffer_position()),
+        }
+    }
+    assert_eq!(depth, 0, "unbalanced elements");
+    assert!(elements > 10, "suspiciously empty picture");
+}
+
+#[test]
+fn svg_output_is_well_formed() {
+    assert_well_formed(&svg::timeline(&example_plan()));
+    for name in ["timeline-weighted.svg", "timeline-fixed-share.svg"] {
+        assert_well_formed(&std::fs::read_to_string(golden_dir().join(name)).unwrap());
+    }
+    let parent = ParentSchedule::new("<&\"'>").with_period_us(1_000);
+    let odd = [InstanceSchedule::new("x<y>&z")];
+    assert_well_formed(&svg::timeline(
+        &Plan::compute(&parent, &odd, Busy::All).unwrap(),
+    ));
+}
