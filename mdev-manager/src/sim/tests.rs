@@ -918,3 +918,44 @@ fn golden_tree_listings() {
         }
     }
 }
+
+#[test]
+fn a_gpu_parent_lives_while_its_pci_driver_is_bound() {
+    let host = default_host();
+    host.write(p(&format!("{T4}/nvidia-231/create")), U1.as_bytes())
+        .unwrap();
+    let holder = host
+        .hold_device(p(&format!("/sys/bus/mdev/devices/{U1}")), "qemu")
+        .unwrap();
+    // Unbinding the GPU would remove its vGPUs: it blocks while one is held.
+    let writer = host.clone();
+    let done = std::thread::spawn(move || {
+        writer.write(
+            Path::new("/sys/bus/pci/drivers/nvidia/unbind"),
+            b"0000:3b:00.0",
+        )
+    });
+    while host.blocked_writes().is_empty() {
+        std::thread::yield_now();
+    }
+    assert!(matches!(
+        host.unload_module("nvidia"),
+        Err(SimError::ModuleInUse(_))
+    ));
+    drop(holder);
+    done.join().unwrap().unwrap();
+    assert!(!host.exists(p("/sys/class/mdev_bus/0000:3b:00.0")));
+    assert!(host.mdev_uuids().is_empty());
+    host.write(p("/sys/bus/pci/drivers_probe"), b"0000:3b:00.0")
+        .unwrap();
+    assert_eq!(
+        read(&host, &format!("{T4}/nvidia-231/available_instances")),
+        "8\n"
+    );
+    // The vGPU manager module alone: parent goes, GPU stays bound.
+    host.unload_module("nvidia_vgpu_vfio").unwrap();
+    assert!(!host.exists(p("/sys/class/mdev_bus/0000:3b:00.0")));
+    assert!(host.exists(p("/sys/bus/pci/devices/0000:3b:00.0/driver")));
+    host.load_module("nvidia_vgpu_vfio").unwrap();
+    assert!(host.exists(p(T4)));
+}

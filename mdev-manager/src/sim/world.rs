@@ -478,6 +478,15 @@ impl World {
                 }
             }
         }
+        let bound: Vec<String> = self
+            .pci
+            .iter()
+            .filter(|(_, p)| p.driver.as_ref().is_some_and(|d| drivers.contains(d)))
+            .map(|(bdf, _)| bdf.clone())
+            .collect();
+        for bdf in bound {
+            groups.extend(self.parent_mdev_groups(&bdf));
+        }
         if groups.iter().any(|g| self.group_held(*g)) {
             return Err(libc::EAGAIN);
         }
@@ -511,6 +520,16 @@ impl World {
     }
 
     fn register_parent(&mut self, spec: MdevParentSpec) {
+        if self.parents.contains_key(&spec.name) {
+            return;
+        }
+        // A GPU's vendor module registers the parent only for a function its PCI driver has
+        // bound (nvidia_vgpu_vfio on nvidia, kvmgt on i915).
+        if let Some(bdf) = &spec.pci {
+            if self.pci.get(bdf).is_none_or(|p| p.driver.is_none()) {
+                return;
+            }
+        }
         let Some(dir) = self.parent_dir(&spec) else {
             return;
         };
@@ -1035,6 +1054,16 @@ impl World {
                 ("PCI_SLOT_NAME", bdf.to_string()),
             ],
         );
+        let parents: Vec<MdevParentSpec> = self
+            .topology
+            .mdev_parents
+            .iter()
+            .filter(|p| p.pci.as_deref() == Some(bdf) && self.modules.get(&p.module) == Some(&true))
+            .cloned()
+            .collect();
+        for parent in parents {
+            self.register_parent(parent);
+        }
         let vfs_at_bind = self
             .pci
             .get(bdf)
@@ -1062,11 +1091,39 @@ impl World {
                 }
             }
         }
+        groups.extend(self.parent_mdev_groups(bdf));
         groups.retain(|g| self.group_held(*g));
         groups
     }
 
+    /// Groups of the mdevs of parents that sit on PCI function `bdf`.
+    fn parent_mdev_groups(&self, bdf: &str) -> Vec<u32> {
+        self.mdevs
+            .values()
+            .filter(|m| {
+                self.parents
+                    .get(&m.parent)
+                    .is_some_and(|p| p.spec.pci.as_deref() == Some(bdf))
+            })
+            .map(|m| m.group)
+            .collect()
+    }
+
+    /// Unregisters every mdev parent on PCI function `bdf` (its driver is going away).
+    fn unregister_parents_on(&mut self, bdf: &str) {
+        let names: Vec<String> = self
+            .parents
+            .values()
+            .filter(|p| p.spec.pci.as_deref() == Some(bdf))
+            .map(|p| p.spec.name.clone())
+            .collect();
+        for name in names {
+            self.unregister_parent(&name);
+        }
+    }
+
     fn unbind_now(&mut self, bdf: &str) {
+        self.unregister_parents_on(bdf);
         let numvfs = self
             .pci
             .get(bdf)
