@@ -218,7 +218,12 @@ async fn main() -> Result<()> {
         .context("cannot start the service")?;
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let hotplug = mdev_manager::daemon::host_events(&engine, sim.as_ref(), &stop);
+    let hotplug = mdev_manager::daemon::host_events(
+        &engine,
+        sim.as_ref(),
+        cli.root == std::path::Path::new("/"),
+        &stop,
+    );
     Service::request_name(&connection)
         .await
         .context("cannot take the bus name (is another mdev-manager running?)")?;

@@ -66,15 +66,26 @@ impl HostEvents for SimHostEvents {
 }
 
 /// Starts the engine's hotplug thread on the host's event source: the simulated host's channel,
-/// or nothing yet on a real host (the udev source belongs to the engine's hotplug module; until
-/// it lands, outside changes on a real host are picked up by `Manager.Rescan`).
+/// or udev on a real host (`real_root` true: the service runs on `/`, so the kernel's events are
+/// about the devices it manages). A re-rooted real host (tests) has no event source.
 pub fn host_events(
     engine: &Arc<Engine>,
     sim: Option<&SimHost>,
+    real_root: bool,
     stop: &Arc<AtomicBool>,
 ) -> Option<std::thread::JoinHandle<()>> {
-    let sim = sim?;
-    Some(engine.spawn_hotplug(Box::new(SimHostEvents::new(sim)), stop.clone()))
+    let source: Box<dyn HostEvents> = match sim {
+        Some(sim) => Box::new(SimHostEvents::new(sim)),
+        None if real_root => match crate::hotplug::UdevEvents::new() {
+            Ok(udev) => Box::new(udev),
+            Err(error) => {
+                tracing::warn!(%error, "no udev monitor: changes made outside the service show up on Rescan only");
+                return None;
+            }
+        },
+        None => return None,
+    };
+    Some(engine.spawn_hotplug(source, stop.clone()))
 }
 
 #[cfg(test)]

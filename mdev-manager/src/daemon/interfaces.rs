@@ -48,6 +48,7 @@ impl ManagerIface {
     }
 
     /// For each polkit action, `yes`, `auth` or `no` for the caller.
+    #[zbus(out_args("permissions"))]
     async fn get_permissions(&self, #[zbus(header)] header: Header<'_>) -> HashMap<String, String> {
         let mut permissions = HashMap::new();
         for id in action::ALL {
@@ -91,6 +92,7 @@ impl ManagerIface {
 
     /// Creates `count` instances of `profile` (all or nothing). Options: `parent s`, `uuid s`
     /// (only with count 1), `count u`, `autostart b`, `weight u`.
+    #[zbus(out_args("instances"))]
     async fn create_instances(
         &self,
         profile: String,
@@ -164,6 +166,7 @@ impl ManagerIface {
     }
 
     /// Claims every device `devices` describes for the domain, all or nothing.
+    #[zbus(out_args("instances"))]
     async fn prepare_domain(
         &self,
         domain_name: String,
@@ -226,6 +229,7 @@ impl ManagerIface {
 
     /// Lines describing how the host differs from what the domain should hold; empty when in
     /// line. Never fails for drift.
+    #[zbus(out_args("drift"))]
     async fn verify_domain(
         &self,
         domain_name: String,
@@ -383,6 +387,7 @@ impl SriovIface {
     /// Sets the number of VFs. Returns a Job at once; `Manager.JobRemoved` (and
     /// `Job.Completed`) tell the outcome. Option `force b` also removes VFs in use by
     /// instances the service did not create.
+    #[zbus(out_args("job"))]
     async fn set_num_vfs(
         &self,
         count: u32,
@@ -694,7 +699,7 @@ impl ProfileIface {
 }
 
 /// The state of a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobData {
     /// What it does.
     pub operation: String,

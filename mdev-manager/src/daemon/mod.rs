@@ -11,6 +11,8 @@ pub mod host_events;
 pub mod interfaces;
 pub mod model;
 pub mod options;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -456,6 +458,66 @@ impl Properties for JobData {
             ("Message", zbus::Variant::from(self.message.clone())),
         ]
     }
+}
+
+/// The introspection XML of every interface the service implements, as published in
+/// `dbus-api/interface/org.mdevmanager.VGpu1.xml`.
+pub fn introspection_xml(service: &Arc<Service>) -> String {
+    let mut xml = String::from(
+        "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \
+         \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n\
+         <!-- The interfaces of org.mdevmanager.VGpu1 (generated from the service: \
+         UPDATE_GOLDEN=1 cargo test -p mdev-manager published_introspection). -->\n<node>\n",
+    );
+    let mut write = |iface: &dyn Interface| iface.introspect_to_writer(&mut xml, 1);
+    write(&ManagerIface {
+        service: service.clone(),
+    });
+    write(&ParentIface {
+        data: Default::default(),
+    });
+    write(&SriovIface {
+        service: service.clone(),
+        data: Default::default(),
+    });
+    write(&TypeIface {
+        data: Default::default(),
+    });
+    write(&InstanceIface {
+        service: service.clone(),
+        data: Default::default(),
+    });
+    write(&ProfileIface {
+        data: Default::default(),
+    });
+    write(&JobIface {
+        data: Default::default(),
+    });
+    xml.push_str("</node>\n");
+    xml
+}
+
+/// The `<interface name="...">...</interface>` blocks of an introspection document, by name,
+/// with each line trimmed (indentation differs between a document and a live object).
+pub fn interface_blocks(xml: &str) -> std::collections::BTreeMap<String, String> {
+    let mut blocks = std::collections::BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in xml.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("<interface name=\"") {
+            let name = rest.split('"').next().unwrap_or_default().to_string();
+            current = Some((name, String::new()));
+        }
+        if let Some((_, block)) = current.as_mut() {
+            block.push_str(line);
+            block.push('\n');
+        }
+        if line == "</interface>" {
+            if let Some((name, block)) = current.take() {
+                blocks.insert(name, block);
+            }
+        }
+    }
+    blocks
 }
 
 /// An interface whose properties come from one [`Properties`] record.

@@ -24,7 +24,7 @@ fn paths(list: &[OwnedObjectPath]) -> Variant<'static> {
 }
 
 /// A parent device (mdev parent or SR-IOV PF).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ParentData {
     /// sysfs name (the key).
     pub name: String,
@@ -63,7 +63,7 @@ impl Properties for ParentData {
 }
 
 /// SR-IOV state of a PF.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SriovData {
     /// PF address.
     pub pf: String,
@@ -86,7 +86,7 @@ impl Properties for SriovData {
 }
 
 /// An mdev type of a parent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TypeData {
     /// Type id.
     pub id: String,
@@ -125,7 +125,7 @@ impl Properties for TypeData {
 }
 
 /// An instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InstanceData {
     /// UUID (the key).
     pub uuid: String,
@@ -182,7 +182,7 @@ impl Properties for InstanceData {
 }
 
 /// A profile.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProfileData {
     /// Name (the key).
     pub name: String,

@@ -1,0 +1,353 @@
+//! Interface objects over a peer-to-peer connection (a socket pair, no bus): the service on
+//! the simulated host, driven through the client proxies of `dbus-api`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dbus_api::names::{interface, option, BUS_NAME, ROOT_PATH};
+use dbus_api::proxy::{InstanceProxy, ManagerProxy, SriovProxy};
+use dbus_api::{path, ClientError, ErrorKind};
+use futures_util::StreamExt;
+use zbus::{Connection, Variant};
+
+use super::auth::{AllowAll, Authorizer, DenyAll};
+use super::{interface_blocks, introspection_xml, Service};
+use crate::engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig};
+use crate::sim::SimHost;
+
+struct Fixture {
+    _state: tempfile::TempDir,
+    engine: Arc<Engine>,
+    service: Arc<Service>,
+    client: Connection,
+    _server: Connection,
+}
+
+async fn fixture(authorizer: Arc<dyn Authorizer>) -> Fixture {
+    let state = tempfile::tempdir().expect("temp dir");
+    let host = SimHost::builtin("default").expect("built-in topology");
+    let engine = Arc::new(
+        Engine::new(
+            Arc::new(host),
+            Arc::new(DiskFiles::new(state.path())),
+            EngineConfig::default(),
+        )
+        .expect("engine"),
+    );
+    let service = Service::new(
+        engine.clone(),
+        authorizer,
+        vec!["mdev".into(), "simulated".into()],
+    );
+    let (server_socket, client_socket) =
+        std::os::unix::net::UnixStream::pair().expect("socket pair");
+    let guid = zbus::Guid::generate();
+    let server_builder = zbus::connection::Builder::unix_stream(server_socket)
+        .server(guid)
+        .p2p();
+    let client_builder = zbus::connection::Builder::unix_stream(client_socket).p2p();
+    let (server, client) =
+        tokio::join!(service.serve(server_builder, false), client_builder.build());
+    Fixture {
+        _state: state,
+        engine,
+        service,
+        client: client.expect("client connection"),
+        _server: server.expect("service on the socket"),
+    }
+}
+
+async fn managed_objects(client: &Connection) -> zbus::fdo::ManagedObjects {
+    zbus::fdo::ObjectManagerProxy::builder(client)
+        .destination(BUS_NAME)
+        .path(ROOT_PATH)
+        .build()
+        .await
+        .expect("object manager proxy")
+        .get_managed_objects()
+        .await
+        .expect("GetManagedObjects")
+}
+
+fn create_mdev(engine: &Engine) -> String {
+    engine
+        .create(CreateRequest::new(CreateTarget::Mdev {
+            parent: "0000:3b:00.0".into(),
+            type_id: "nvidia-231".into(),
+        }))
+        .expect("create on the simulated T4")
+        .uuid
+}
+
+#[tokio::test]
+async fn published_introspection() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let generated = introspection_xml(&fixture.service);
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../dbus-api/interface/org.mdevmanager.VGpu1.xml");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&file, &generated).expect("write the published XML");
+    }
+    let published = std::fs::read_to_string(&file).expect("published XML");
+    assert_eq!(
+        interface_blocks(&published),
+        interface_blocks(&generated),
+        "dbus-api/interface/org.mdevmanager.VGpu1.xml is stale: UPDATE_GOLDEN=1 cargo test -p mdev-manager published_introspection"
+    );
+    let blocks = interface_blocks(&generated);
+    for name in [
+        interface::MANAGER,
+        interface::PARENT,
+        interface::SRIOV,
+        interface::MDEV_TYPE,
+        interface::INSTANCE,
+        interface::PROFILE,
+        interface::JOB,
+    ] {
+        assert!(
+            blocks.contains_key(name),
+            "{name} missing from the introspection"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_object_carries_its_key_and_the_manager_answers() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let manager = ManagerProxy::builder(&fixture.client)
+        .build()
+        .await
+        .expect("proxy");
+    assert_eq!(manager.version().await.unwrap(), env!("CARGO_PKG_VERSION"));
+    assert!(manager
+        .features()
+        .await
+        .unwrap()
+        .contains(&"simulated".to_string()));
+
+    let objects = managed_objects(&fixture.client).await;
+    let t4 = path::parent_path("0000:3b:00.0");
+    let parent = &objects[&t4];
+    let props = &parent[interface::PARENT];
+    assert_eq!(
+        String::try_from(props["Name"].try_clone().unwrap()).unwrap(),
+        "0000:3b:00.0"
+    );
+    assert_eq!(
+        u16::try_from(props["VendorId"].try_clone().unwrap()).unwrap(),
+        0x10de
+    );
+    let type_path = path::mdev_type_path("0000:3b:00.0", "nvidia-231");
+    let type_props = &objects[&type_path][interface::MDEV_TYPE];
+    assert_eq!(
+        String::try_from(type_props["Id"].try_clone().unwrap()).unwrap(),
+        "nvidia-231"
+    );
+    assert_eq!(
+        String::try_from(type_props["ParentName"].try_clone().unwrap()).unwrap(),
+        "0000:3b:00.0"
+    );
+    // The H200 is an SR-IOV PF: it has the Sriov interface too.
+    let h200 = &objects[&path::parent_path("0000:4b:00.0")];
+    assert!(h200.contains_key(interface::SRIOV));
+    assert!(!objects[&t4].contains_key(interface::SRIOV));
+}
+
+#[tokio::test]
+async fn changes_made_outside_the_api_are_announced_and_destroy_removes_the_object() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let object_manager = zbus::fdo::ObjectManagerProxy::builder(&fixture.client)
+        .destination(BUS_NAME)
+        .path(ROOT_PATH)
+        .build()
+        .await
+        .unwrap();
+    let mut added = object_manager.receive_interfaces_added().await.unwrap();
+    let mut removed = object_manager.receive_interfaces_removed().await.unwrap();
+
+    // Created through the engine directly, as udev or reconcile would report it.
+    let engine = fixture.engine.clone();
+    let uuid = tokio::task::spawn_blocking(move || create_mdev(&engine))
+        .await
+        .unwrap();
+    let instance_path = path::mdev_instance_path(&uuid);
+    let signal = tokio::time::timeout(Duration::from_secs(10), added.next())
+        .await
+        .expect("InterfacesAdded in time")
+        .expect("stream open");
+    let args = signal.args().unwrap();
+    assert_eq!(args.object_path().as_str(), instance_path.as_str());
+    assert!(args
+        .interfaces_and_properties()
+        .contains_key(interface::INSTANCE));
+
+    let instance = InstanceProxy::builder(&fixture.client)
+        .path(instance_path.clone())
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(instance.uuid().await.unwrap(), uuid);
+    assert_eq!(instance.kind().await.unwrap(), "mdev");
+    assert_eq!(instance.mdev_type().await.unwrap(), "nvidia-231");
+    assert!(instance.active().await.unwrap());
+
+    instance.destroy(HashMap::new()).await.expect("Destroy");
+    let signal = tokio::time::timeout(Duration::from_secs(10), removed.next())
+        .await
+        .expect("InterfacesRemoved in time")
+        .expect("stream open");
+    assert_eq!(
+        signal.args().unwrap().object_path().as_str(),
+        instance_path.as_str()
+    );
+    assert!(!managed_objects(&fixture.client)
+        .await
+        .contains_key(&instance_path));
+    assert!(fixture
+        .engine
+        .instances()
+        .unwrap()
+        .iter()
+        .all(|i| i.uuid != uuid));
+}
+
+#[tokio::test]
+async fn refused_calls_are_not_authorized_and_change_nothing() {
+    let fixture = fixture(Arc::new(DenyAll)).await;
+    let engine = fixture.engine.clone();
+    let uuid = tokio::task::spawn_blocking(move || create_mdev(&engine))
+        .await
+        .unwrap();
+    // Wait until the service has exported it.
+    let instance_path = path::mdev_instance_path(&uuid);
+    for _ in 0..200 {
+        if managed_objects(&fixture.client)
+            .await
+            .contains_key(&instance_path)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let instance = InstanceProxy::builder(&fixture.client)
+        .path(instance_path)
+        .build()
+        .await
+        .unwrap();
+    let error = ClientError::from(instance.destroy(HashMap::new()).await.unwrap_err());
+    assert_eq!(error.kind(), Some(ErrorKind::NotAuthorized), "{error}");
+    assert!(
+        error.to_string().contains(&uuid),
+        "message names the instance: {error}"
+    );
+    assert!(
+        fixture.engine.instance(&uuid).unwrap().active,
+        "still there"
+    );
+
+    let manager = ManagerProxy::builder(&fixture.client)
+        .build()
+        .await
+        .unwrap();
+    let error = ClientError::from(
+        manager
+            .create_instances("nvidia-t4-2q", HashMap::new())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::NotAuthorized), "{error}");
+    let permissions = manager.get_permissions().await.unwrap();
+    assert!(permissions.values().all(|p| p == "no"), "{permissions:?}");
+}
+
+#[tokio::test]
+async fn bad_options_are_invalid_args_naming_the_key() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let manager = ManagerProxy::builder(&fixture.client)
+        .build()
+        .await
+        .unwrap();
+    let mut options = HashMap::new();
+    options.insert("colour", Variant::from("blue"));
+    let error = ClientError::from(
+        manager
+            .create_instances("nvidia-t4-2q", options)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs));
+    assert!(error.to_string().contains("colour"), "{error}");
+
+    let mut options = HashMap::new();
+    options.insert(option::COUNT, Variant::from("three"));
+    let error = ClientError::from(
+        manager
+            .create_instances("nvidia-t4-2q", options)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs));
+
+    let mut options = HashMap::new();
+    options.insert(option::COUNT, Variant::from(2u32));
+    options.insert(
+        option::UUID,
+        Variant::from("0b7f4c6e-1a2b-4c3d-8e9f-001122334455"),
+    );
+    let error = ClientError::from(
+        manager
+            .create_instances("nvidia-t4-2q", options)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs));
+    assert!(
+        fixture.engine.instances().unwrap().is_empty(),
+        "nothing was created"
+    );
+}
+
+#[tokio::test]
+async fn set_num_vfs_returns_a_job_whose_completion_is_signalled() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let manager = ManagerProxy::builder(&fixture.client)
+        .build()
+        .await
+        .unwrap();
+    let mut job_new = manager.receive_job_new().await.unwrap();
+    let mut job_removed = manager.receive_job_removed().await.unwrap();
+    let sriov = SriovProxy::builder(&fixture.client)
+        .path(path::parent_path("0000:4b:00.0"))
+        .build()
+        .await
+        .unwrap();
+    let job = sriov
+        .set_num_vfs(4, HashMap::new())
+        .await
+        .expect("SetNumVfs");
+    assert!(
+        job.as_str().starts_with("/org/mdevmanager/VGpu1/jobs/"),
+        "{job:?}"
+    );
+    let new = tokio::time::timeout(Duration::from_secs(10), job_new.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(new.args().unwrap().job.as_str(), job.as_str());
+    assert_eq!(new.args().unwrap().operation, "sriov-set-numvfs");
+    let done = tokio::time::timeout(Duration::from_secs(30), job_removed.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let args = done.args().unwrap();
+    assert_eq!(args.job.as_str(), job.as_str());
+    assert_eq!(args.result, "done", "{}", args.message);
+    assert_eq!(sriov.num_vfs().await.unwrap(), 4);
+    assert_eq!(sriov.vfs().await.unwrap().len(), 4);
+
+    // More VFs than the PF has is refused before any job starts.
+    let error = ClientError::from(sriov.set_num_vfs(1000, HashMap::new()).await.unwrap_err());
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs));
+    assert!(error.to_string().contains("0000:4b:00.0"), "{error}");
+}

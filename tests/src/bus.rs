@@ -1,0 +1,429 @@
+//! Real D-Bus components for end-to-end tests: a private bus configured like the system bus
+//! (Debian's own `system.conf` with the project's policy file included), `polkitd` on it, the
+//! `mdev-manager` daemon on the simulated host, and `vgpuctl`, each as a separate process.
+//!
+//! How the private bus is set up follows what was seen working on Debian 12 (no systemd):
+//! `/usr/share/dbus-1/system.conf` with the listen address moved into a temp directory, the
+//! user/pidfile/fork/syslog lines removed and the include directory made absolute.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The repository root (this crate lives in `<root>/tests`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// A file of the repository's `packaging/` directory.
+pub fn packaging_file(relative: &str) -> PathBuf {
+    repo_root().join("packaging").join(relative)
+}
+
+/// The target directory the test binary was built into (`target/debug`).
+fn target_dir() -> PathBuf {
+    // The test executable is `<target>/debug/deps/<name>-<hash>`.
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().and_then(Path::parent).map(Path::to_path_buf))
+        .unwrap_or_else(|| repo_root().join("target/debug"))
+}
+
+/// Path of a workspace binary (`mdev-manager`, `vgpuctl`), built on first use so the tests
+/// never run a stale one. Binaries of other packages are not built by `cargo test -p
+/// e2e-tests`, hence the explicit build.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(repo_root())
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "mdev-manager",
+                "--bin",
+                "mdev-manager",
+                "-p",
+                "dbus-api",
+                "--bin",
+                "vgpuctl",
+            ])
+            .status()
+            .map_err(|e| format!("cannot run cargo build: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("cargo build of the binaries failed: {status}"))
+        }
+    });
+    if let Err(message) = built {
+        panic!("{message}");
+    }
+    target_dir().join(name)
+}
+
+/// A private system-like bus. Killed on drop.
+#[derive(Debug)]
+pub struct TestBus {
+    dir: tempfile::TempDir,
+    pid: i32,
+}
+
+impl TestBus {
+    /// Starts `dbus-daemon` with Debian's system bus configuration and the project's policy
+    /// file, listening in a fresh temp directory.
+    pub fn start() -> io::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("mdev-bus-").tempdir()?;
+        // The bus runs as root but other users must reach the socket (authorization tests).
+        set_mode(dir.path(), 0o755)?;
+        let policy_dir = dir.path().join("policy");
+        std::fs::create_dir(&policy_dir)?;
+        std::fs::copy(
+            packaging_file("dbus/org.mdevmanager.VGpu1.conf"),
+            policy_dir.join("org.mdevmanager.VGpu1.conf"),
+        )?;
+        let system_conf = std::fs::read_to_string("/usr/share/dbus-1/system.conf")?;
+        let config = system_bus_config(&system_conf, &dir.path().join("bus"), &policy_dir);
+        let config_path = dir.path().join("system.conf");
+        std::fs::write(&config_path, config)?;
+        let output = Command::new("dbus-daemon")
+            .arg(format!("--config-file={}", config_path.display()))
+            .args(["--fork", "--print-pid"])
+            .stderr(Stdio::inherit())
+            .output()?;
+        if !output.status.success() {
+            return Err(io::Error::other(format!(
+                "dbus-daemon failed: {}",
+                output.status
+            )));
+        }
+        let pid = String::from_utf8_lossy(&output.stdout)
+            .trim()
+            .parse::<i32>()
+            .map_err(|e| io::Error::other(format!("dbus-daemon printed no pid: {e}")))?;
+        let bus = Self { dir, pid };
+        wait_for(Duration::from_secs(10), || bus.socket().exists())
+            .map_err(|_| io::Error::other("dbus-daemon socket did not appear"))?;
+        Ok(bus)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("bus")
+    }
+
+    /// The bus address, for `DBUS_SYSTEM_BUS_ADDRESS`.
+    pub fn address(&self) -> String {
+        format!("unix:path={}", self.socket().display())
+    }
+
+    /// A scratch directory that lives as long as the bus.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for TestBus {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the pid dbus-daemon printed; it is our child's fork.
+        unsafe {
+            libc::kill(self.pid, libc::SIGTERM);
+        }
+    }
+}
+
+/// Debian's system bus config turned into a private one (see the module doc).
+pub fn system_bus_config(system_conf: &str, socket: &Path, policy_dir: &Path) -> String {
+    let mut out = String::new();
+    for line in system_conf.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("<user>")
+            || trimmed.starts_with("<pidfile>")
+            || trimmed == "<fork/>"
+            || trimmed == "<syslog/>"
+            || (trimmed.starts_with("<include") && trimmed.contains("/etc/dbus-1/system.conf"))
+        {
+            continue;
+        }
+        if trimmed.starts_with("<listen>") {
+            out.push_str(&format!(
+                "  <listen>unix:path={}</listen>\n",
+                socket.display()
+            ));
+            continue;
+        }
+        if trimmed == "<includedir>system.d</includedir>" {
+            out.push_str("  <includedir>/usr/share/dbus-1/system.d</includedir>\n");
+            out.push_str(&format!(
+                "  <includedir>{}</includedir>\n",
+                policy_dir.display()
+            ));
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// Polls `ready` every 20 ms until it holds or `timeout` passes.
+pub fn wait_for(timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<(), ()> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if ready() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if ready() {
+        Ok(())
+    } else {
+        Err(())
+    }
+}
+
+/// Whether `name` has an owner on the bus at `address` (asked with `dbus-send`).
+pub fn name_has_owner(address: &str, name: &str) -> bool {
+    Command::new("dbus-send")
+        .arg(format!("--bus={address}"))
+        .args([
+            "--print-reply",
+            "--dest=org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus.NameHasOwner",
+        ])
+        .arg(format!("string:{name}"))
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("boolean true"))
+        .unwrap_or(false)
+}
+
+/// A child process killed (SIGTERM, then waited for) on drop.
+#[derive(Debug)]
+pub struct Process {
+    child: Child,
+    name: &'static str,
+}
+
+impl Process {
+    /// The pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits; returns the exit status and the captured stderr, if any.
+    pub fn terminate(mut self) -> io::Result<Output> {
+        // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let child = std::mem::replace(&mut self.child, Command::new("true").spawn()?);
+        let output = child.wait_with_output();
+        let _ = self.child.wait();
+        output
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid; harmless if it already exited (not reaped).
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        if wait_for(Duration::from_secs(5), || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        })
+        .is_err()
+        {
+            eprintln!("{} did not stop on SIGTERM; killing it", self.name);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `polkitd` on the test bus (started as root; it drops to the `polkitd` user).
+pub fn start_polkitd(bus: &TestBus) -> io::Result<Process> {
+    let child = Command::new("/usr/lib/polkit-1/polkitd")
+        .arg("--no-debug")
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let process = Process {
+        child,
+        name: "polkitd",
+    };
+    wait_for(Duration::from_secs(15), || {
+        name_has_owner(&bus.address(), "org.freedesktop.PolicyKit1")
+    })
+    .map_err(|_| io::Error::other("polkitd did not take org.freedesktop.PolicyKit1"))?;
+    Ok(process)
+}
+
+/// The `mdev-manager` daemon on the simulated host, on the test bus, with its state in a
+/// fresh directory. `extra` are further arguments.
+pub fn start_service(bus: &TestBus, extra: &[&str]) -> io::Result<Process> {
+    let state = tempfile::Builder::new()
+        .prefix("state-")
+        .tempdir_in(bus.dir())?
+        .keep();
+    let child = Command::new(workspace_binary("mdev-manager"))
+        .arg("--simulate")
+        .arg("--state-dir")
+        .arg(&state)
+        .args(extra)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
+        .env("MDEV_MANAGER_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let process = Process {
+        child,
+        name: "mdev-manager",
+    };
+    wait_for(Duration::from_secs(20), || {
+        name_has_owner(&bus.address(), dbus_api::names::BUS_NAME)
+    })
+    .map_err(|_| io::Error::other("mdev-manager did not take its bus name"))?;
+    Ok(process)
+}
+
+/// Runs `vgpuctl` against the test bus, as root or (with `user`) as another user.
+pub fn vgpuctl(bus: &TestBus, user: Option<&str>, args: &[&str]) -> Output {
+    let binary = workspace_binary("vgpuctl");
+    let mut command = match user {
+        Some(user) => {
+            let mut command = Command::new("runuser");
+            command
+                .args(["-u", user, "--", "env"])
+                .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={}", bus.address()))
+                .arg(binary);
+            command
+        }
+        None => {
+            let mut command = Command::new(binary);
+            command.env("DBUS_SYSTEM_BUS_ADDRESS", bus.address());
+            command
+        }
+    };
+    command
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run vgpuctl: {e}"))
+}
+
+/// A system user (and optionally a group it belongs to) created for one test and deleted on
+/// drop.
+#[derive(Debug)]
+pub struct TestUser {
+    /// The user name.
+    pub name: String,
+    /// The group name, if one was created.
+    pub group: Option<String>,
+}
+
+impl TestUser {
+    /// `useradd -M <name>` (and `groupadd <group>` + membership).
+    pub fn create(name: &str, group: Option<&str>) -> io::Result<Self> {
+        // A leftover from an interrupted run would make useradd fail.
+        let _ = Command::new("userdel").arg(name).output();
+        if let Some(group) = group {
+            let _ = Command::new("groupdel").arg(group).output();
+            run(Command::new("groupadd").arg(group))?;
+        }
+        let mut useradd = Command::new("useradd");
+        useradd.args(["-M", "-s", "/usr/sbin/nologin"]);
+        if let Some(group) = group {
+            useradd.args(["-G", group]);
+        }
+        run(useradd.arg(name))?;
+        Ok(Self {
+            name: name.to_string(),
+            group: group.map(str::to_string),
+        })
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).output();
+        if let Some(group) = &self.group {
+            let _ = Command::new("groupdel").arg(group).output();
+        }
+    }
+}
+
+/// A file installed for one test (a polkit rule or action file) and removed on drop.
+#[derive(Debug)]
+pub struct InstalledFile {
+    path: PathBuf,
+}
+
+impl InstalledFile {
+    /// Writes `contents` to `path`.
+    pub fn install(path: impl Into<PathBuf>, contents: &[u8]) -> io::Result<Self> {
+        let path = path.into();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&path, contents)?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for InstalledFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn run(command: &mut Command) -> io::Result<()> {
+    let output = command.output()?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{command:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_conf_is_turned_into_a_private_bus() {
+        let conf = "<busconfig>\n  <type>system</type>\n  <user>messagebus</user>\n  <fork/>\n  \
+                    <pidfile>/run/dbus/pid</pidfile>\n  <syslog/>\n  \
+                    <listen>unix:path=/run/dbus/system_bus_socket</listen>\n  \
+                    <includedir>system.d</includedir>\n</busconfig>\n";
+        let out = system_bus_config(conf, Path::new("/tmp/x/bus"), Path::new("/tmp/x/policy"));
+        assert!(out.contains("<type>system</type>"));
+        assert!(out.contains("<listen>unix:path=/tmp/x/bus</listen>"));
+        assert!(out.contains("<includedir>/usr/share/dbus-1/system.d</includedir>"));
+        assert!(out.contains("<includedir>/tmp/x/policy</includedir>"));
+        for gone in [
+            "<user>",
+            "<fork/>",
+            "<pidfile>",
+            "<syslog/>",
+            "system_bus_socket",
+        ] {
+            assert!(!out.contains(gone), "{gone} left in {out}");
+        }
+    }
+}
