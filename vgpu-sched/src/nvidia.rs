@@ -434,6 +434,39 @@ pub fn report(
         .collect()
 }
 
+/// The NVIDIA policy whose shares come closest to what the settings ask for with every vGPU
+/// busy (smallest worst gap, ties to equal share), with that gap: a suggestion for a
+/// `weighted` GPU, which the driver cannot run as such.
+pub fn closest_policy(
+    parent: &ParentSchedule,
+    vgpus: &[NvidiaVgpu],
+) -> Result<(Policy, Share), NvidiaError> {
+    let schedules: Vec<InstanceSchedule> = vgpus.iter().map(|v| v.schedule.clone()).collect();
+    let plan =
+        Plan::compute(parent, &schedules, Busy::All).map_err(|source| NvidiaError::Settings {
+            parent: parent.parent.clone(),
+            source,
+        })?;
+    let running = u32::try_from(vgpus.len()).unwrap_or(u32::MAX);
+    let worst_gap = |effective: &dyn Fn(&NvidiaVgpu) -> Share| {
+        vgpus
+            .iter()
+            .zip(&plan.instances)
+            .map(|(vgpu, planned)| planned.share.ppm().abs_diff(effective(vgpu).ppm()))
+            .max()
+            .unwrap_or(0)
+    };
+    let equal = worst_gap(&|_| whole_over(running));
+    let fixed = worst_gap(&|vgpu| whole_over(vgpu.max_instances));
+    let (policy, gap) = if fixed < equal {
+        (Policy::FixedShare, fixed)
+    } else {
+        (Policy::EqualShare, equal)
+    };
+    // A gap between two shares is itself at most 100%.
+    Ok((policy, Share::from_ppm(gap).unwrap_or(Share::WHOLE)))
+}
+
 fn whole_over(count: u32) -> Share {
     // At most 100% for any count of at least one.
     Share::from_ppm(PPM_PER_WHOLE / count.max(1)).unwrap_or(Share::WHOLE)
@@ -757,6 +790,25 @@ mod tests {
         let reports = report(&parent, &[vgpu("a", 300, 4), vgpu("b", 300, 4)], Busy::All).unwrap();
         assert!(reports.iter().all(|r| r.enforced), "{reports:?}");
         assert!(!reports[0].note.contains("not enforceable"));
+    }
+
+    #[test]
+    fn suggests_the_closest_policy() {
+        let parent = ParentSchedule::new("0000:3b:00.0");
+        // Two vGPUs of a 4-per-GPU type asking for 25% each (the rest capped away): fixed share.
+        let mut a = vgpu("a", 100, 4);
+        a.schedule.max_share = Some(Share::from_percent(25).unwrap());
+        let mut b = vgpu("b", 100, 4);
+        b.schedule.max_share = Some(Share::from_percent(25).unwrap());
+        let (policy, gap) = closest_policy(&parent, &[a, b]).unwrap();
+        assert_eq!((policy, gap), (Policy::FixedShare, Share::ZERO));
+        // Weights 1:3 on two vGPUs of a 2-per-GPU type: both policies give 50%, equal wins ties.
+        let (policy, gap) =
+            closest_policy(&parent, &[vgpu("a", 100, 2), vgpu("b", 300, 2)]).unwrap();
+        assert_eq!(
+            (policy, gap),
+            (Policy::EqualShare, Share::from_percent(25).unwrap())
+        );
     }
 
     #[test]
