@@ -7,7 +7,7 @@
 //! input always gives the same answer. Every parent not chosen carries its reason.
 
 use crate::profile::Profile;
-use crate::resolve::{check_type, resolve_with, NoFit, TypeRejection};
+use crate::resolve::{check_type_ignoring_capacity, resolve_with, NoFit, TypeRejection};
 use crate::vendor::{Isolation, NvidiaTypeName, OfferedType, Vendor};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
@@ -98,8 +98,10 @@ impl ParentState {
     }
 
     /// Checks one of this parent's types for a profile, with NVIDIA's one-type rule.
+    /// The one-type rule is checked before free capacity: the kernel reports the other
+    /// types of a homogeneous GPU as full, and the rule is the better explanation.
     pub fn check(&self, profile: &Profile, offered: &OfferedType) -> Result<(), TypeRejection> {
-        check_type(profile, offered)?;
+        check_type_ignoring_capacity(profile, offered)?;
         let homogeneous = !self.nvidia_mixed_mode
             && offered.vendor == Vendor::Nvidia
             && offered.isolation == Isolation::TimeSliced;
@@ -109,6 +111,9 @@ impl ParentState {
                     return Err(TypeRejection::OtherTypeInUse(in_use));
                 }
             }
+        }
+        if offered.available_instances == 0 {
+            return Err(TypeRejection::Full);
         }
         Ok(())
     }

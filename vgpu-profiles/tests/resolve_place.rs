@@ -360,6 +360,19 @@ fn nvidia_one_time_sliced_type_per_gpu() {
             )
         )]
     );
+    // The kernel shows the other types of a homogeneous GPU as full; the reason given is
+    // still the one-type rule.
+    let mut homogeneous = busy.clone();
+    for t in &mut homogeneous.offered {
+        if t.id != "nvidia-1102" {
+            t.available_instances = 0;
+        }
+    }
+    let error = place(&p, &[homogeneous], &PlacementOptions::default()).unwrap_err();
+    assert!(
+        error.to_string().contains("already runs H200-35C"),
+        "{error}"
+    );
     // An unpinned 17 GiB request fits the busy GPU with the type it already runs (35C),
     // and pack prefers the busy GPU; spread takes the idle one with the exact 17C.
     let loose = profile("framebuffer = \"17GiB\"\n");

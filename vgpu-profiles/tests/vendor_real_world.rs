@@ -386,3 +386,37 @@ fn every_nvidia_sriov_type_name_parses() {
     }
     assert!(mig_backed >= 29, "MIG-backed names found: {mig_backed}");
 }
+
+#[test]
+fn type_ids_and_a_helper_script_listing() {
+    // Type directories seen on real hosts, including the A40 anomaly.
+    for (id, vendor) in [
+        ("i915-GVTg_V5_4", Vendor::IntelGvt),
+        ("i915-GVTg_V5_8", Vendor::IntelGvt),
+        ("nvidia-1521", Vendor::Nvidia),
+        ("vfio-pci-575", Vendor::Other),
+        ("mtty-2", Vendor::Mtty),
+    ] {
+        assert_eq!(vgpu_profiles::vendor::parse_type_id(id).as_deref(), Ok(id));
+        assert_eq!(Vendor::from_type_id(id), vendor, "{id}");
+    }
+    // The cubecos helper script prints a description-like `spec:` with empty values; it is
+    // not driver output, and the NVIDIA parser says which value is wrong.
+    let sample = samples("real-world/nvidia-sriov.md")
+        .into_iter()
+        .find(|s| s.heading.contains("helper-script listing"))
+        .expect("cubecos helper listing");
+    let mut checked = 0;
+    for line in sample.text.lines() {
+        let Some((_, spec)) = line.split_once(", spec: ") else {
+            continue;
+        };
+        let error = TypeDescription::parse(Some(spec)).unwrap_err();
+        assert!(
+            matches!(&error, ParseError::InvalidValue { key, .. } if key == "max_resolution"),
+            "{spec}: {error}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 8);
+}
