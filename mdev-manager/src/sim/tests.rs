@@ -959,3 +959,58 @@ fn a_gpu_parent_lives_while_its_pci_driver_is_bound() {
     host.load_module("nvidia_vgpu_vfio").unwrap();
     assert!(host.exists(p(T4)));
 }
+
+#[test]
+fn store_parsers_turn_every_parse_failure_into_einval() {
+    let host = samples();
+    host.write(p(&format!("{MTTY1}/create")), U1.as_bytes())
+        .unwrap();
+    let remove = format!("/sys/bus/mdev/devices/{U1}/remove");
+    assert_eq!(
+        errno_of(host.write(p(&remove), b"99999999999999999999999")),
+        Some(libc::EINVAL)
+    );
+    assert_eq!(
+        errno_of(host.write(p(&format!("{PF}/sriov_numvfs")), b"70000")),
+        Some(libc::EINVAL)
+    );
+    assert_eq!(
+        errno_of(host.write(p(&format!("{PF}/sriov_numvfs")), b"-1")),
+        Some(libc::EINVAL)
+    );
+    assert_eq!(
+        errno_of(host.write(p(&format!("{PF}/sriov_drivers_autoprobe")), b"maybe")),
+        Some(libc::EINVAL)
+    );
+    // driver_override stops at a NUL like strlen() and at the first newline.
+    host.write(p(&format!("{PF}/driver_override")), b"vfio-pci\0junk")
+        .unwrap();
+    assert_eq!(read(&host, &format!("{PF}/driver_override")), "vfio-pci\n");
+    host.write(p(&format!("{PF}/driver_override")), b"\0")
+        .unwrap();
+    assert_eq!(read(&host, &format!("{PF}/driver_override")), "(null)\n");
+    assert_eq!(
+        errno_of(host.write(p(&format!("{PF}/driver_override")), &[b'a'; 4095])),
+        Some(libc::EINVAL)
+    );
+}
+
+#[test]
+fn sample_drivers_vendor_attributes() {
+    let host = samples();
+    let mdpy = "/sys/class/mdev_bus/mdpy/mdev_supported_types/mdpy-xga/create";
+    host.write(p(mdpy), U1.as_bytes()).unwrap();
+    assert_eq!(
+        read(
+            &host,
+            &format!("/sys/bus/mdev/devices/{U1}/vendor/resolution")
+        ),
+        "1024x768\n"
+    );
+    let mbochs = "/sys/class/mdev_bus/mbochs/mdev_supported_types/mbochs-medium/create";
+    host.write(p(mbochs), U2.as_bytes()).unwrap();
+    assert_eq!(
+        read(&host, &format!("/sys/bus/mdev/devices/{U2}/vendor/memory")),
+        "16 MB\n"
+    );
+}

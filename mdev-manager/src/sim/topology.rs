@@ -239,6 +239,10 @@ pub struct MdevTypeSpec {
     /// Per-type limit for homogeneous capacity.
     #[serde(default)]
     pub max_instances: Option<u32>,
+    /// Read-only vendor attributes of this type's instances (`vendor/resolution`); `{uuid}`
+    /// in the value is replaced.
+    #[serde(default)]
+    pub instance_constants: BTreeMap<String, String>,
 }
 
 fn default_device_api() -> String {
@@ -565,10 +569,15 @@ impl Topology {
                     CapacityKind::MaxInstances => {}
                 }
             }
+            let type_constants = parent
+                .types
+                .iter()
+                .flat_map(|t| t.instance_constants.keys());
             for attribute in parent
                 .instance_attributes
                 .iter()
                 .chain(parent.instance_constants.keys())
+                .chain(type_constants)
             {
                 if attribute
                     .split('/')

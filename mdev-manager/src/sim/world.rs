@@ -760,7 +760,13 @@ impl World {
             self.tree
                 .add_file(&join(&dir, attribute), Attr::Stored(String::new()));
         }
-        for (attribute, value) in &spec.instance_constants {
+        let type_constants = spec
+            .types
+            .iter()
+            .find(|t| t.id == type_id)
+            .map(|t| t.instance_constants.clone())
+            .unwrap_or_default();
+        for (attribute, value) in spec.instance_constants.iter().chain(&type_constants) {
             self.tree.add_file(
                 &join(&dir, attribute),
                 Attr::Const(value.replace("{uuid}", &uuid)),
@@ -814,9 +820,9 @@ impl World {
     }
 
     fn remove_store(&mut self, uuid: &str, data: &[u8]) -> Store {
-        let value = match kstrtoul(data, 0, u64::MAX) {
-            Ok(value) => value,
-            Err(errno) => return Store::Done(Err(errno)),
+        // remove_store() turns every kstrtoul() failure into EINVAL.
+        let Ok(value) = kstrtoul(data, 0, u64::MAX) else {
+            return Store::Done(Err(libc::EINVAL));
         };
         if value == 0 {
             return Store::Done(Ok(()));
@@ -1293,10 +1299,11 @@ impl World {
     }
 
     fn numvfs_store(&mut self, bdf: &str, data: &[u8]) -> Store {
-        let requested = match kstrtoul(data, 0, u64::from(u16::MAX)) {
-            Ok(value) => value as u16,
-            Err(errno) => return Store::Done(Err(errno)),
+        // sriov_numvfs_store() turns every kstrtou16() failure (overflow too) into EINVAL.
+        let Ok(requested) = kstrtoul(data, 0, u64::from(u16::MAX)) else {
+            return Store::Done(Err(libc::EINVAL));
         };
+        let requested = requested as u16;
         let Some(pf) = self.pci.get(bdf) else {
             return Store::Done(Err(libc::ENODEV));
         };
@@ -1385,7 +1392,8 @@ impl World {
         if data.len() >= 4095 {
             return Err(libc::EINVAL);
         }
-        let text = data.split(|&b| b == b'\n').next().unwrap_or_default();
+        let text = data.split(|&b| b == 0).next().unwrap_or_default();
+        let text = text.split(|&b| b == b'\n').next().unwrap_or_default();
         let Some(pci) = self.pci.get_mut(bdf) else {
             return Err(libc::ENODEV);
         };
@@ -1446,7 +1454,8 @@ impl World {
 
     fn nvidia_current_store(&mut self, vf: &str, data: &[u8]) -> Result<(), i32> {
         let requested =
-            u32::try_from(kstrtoul(data, 0, u64::from(u32::MAX))?).map_err(|_| libc::ERANGE)?;
+            u32::try_from(kstrtoul(data, 0, u64::from(u32::MAX)).map_err(|_| libc::EINVAL)?)
+                .map_err(|_| libc::EINVAL)?;
         let Some(state) = self.pci.get(vf) else {
             return Err(libc::ENODEV);
         };
