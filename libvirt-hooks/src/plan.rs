@@ -330,18 +330,22 @@ fn parse_document(xml: &[u8]) -> Result<ParsedDomain, PlanError> {
                 })
             }
         };
-        let ours = matches!(namespace, ResolveResult::Bound(Namespace(uri)) if uri == NAMESPACE.as_bytes());
+        let in_our_namespace = matches!(namespace, ResolveResult::Bound(Namespace(uri)) if uri == NAMESPACE.as_bytes());
+        let unbound = matches!(namespace, ResolveResult::Unbound);
         match event {
             Event::Start(start) => {
                 let local = start.local_name().as_ref().to_vec();
                 if stack.is_empty() {
-                    if seen_root || ours || local != b"domain" {
+                    if seen_root || in_our_namespace || local != b"domain" {
                         return Err(PlanError::NotADomain(lossy(&local)));
                     }
                     seen_root = true;
                 }
                 let path: Vec<&[u8]> = stack.iter().map(|open| open.name.as_slice()).collect();
                 let parent_ours = stack.last().is_some_and(|open| open.ours);
+                // `virsh metadata --set` puts the namespace on the top element only, so the
+                // unprefixed children of our element are ours too.
+                let ours = in_our_namespace || (parent_ours && unbound);
                 match (path.as_slice(), ours) {
                     ([b"domain", b"metadata"], true) => match local.as_slice() {
                         b"vgpus" => check_no_attributes(&reader, &start, "<vgpu:vgpus>")?,
@@ -357,7 +361,7 @@ fn parse_document(xml: &[u8]) -> Result<ParsedDomain, PlanError> {
                         }
                     },
                     ([b"domain", b"metadata", ..], true) if parent_ours => {
-                        if local != b"vgpu" || path.len() > 3 {
+                        if local != b"vgpu" || path.len() != 3 || path[2] != b"vgpus" {
                             return Err(PlanError::UnknownElement {
                                 element: lossy(&local),
                             });
@@ -986,6 +990,32 @@ mod tests {
             device.uuid,
             Some(uuid("b7c1e8a2-44f0-4d3b-9e6a-5f2d8c1a0b93"))
         );
+    }
+
+    #[test]
+    fn unprefixed_children_of_our_element_are_ours_as_virsh_metadata_writes_them() {
+        let plan = plan_from_xml(&fixture("domains/metadata-virsh-set.xml")).unwrap();
+        let described: Vec<String> = plan.devices.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            described,
+            vec![
+                "mdev 9d3c7b1a-5e2f-4a8b-8c6d-0f1e2a3b4c5d (profile 'mtty-1')",
+                "mdev 2b4d6f8a-0c1e-4a3b-9d5f-7e9a1c3b5d7f (profile 'mtty-1')",
+            ]
+        );
+        assert_eq!(plan.devices[0].weight, Some(50));
+        assert!(plan.devices.iter().all(ClaimedDevice::is_declared));
+    }
+
+    #[test]
+    fn vgpu_nested_in_a_vgpu_is_refused() {
+        let xml = format!(
+            "<domain><metadata><v:vgpu xmlns:v='{NAMESPACE}' profile='a'><v:vgpu profile='b'/></v:vgpu></metadata></domain>"
+        );
+        assert!(matches!(
+            plan_from_xml(xml.as_bytes()).unwrap_err(),
+            PlanError::UnknownElement { .. }
+        ));
     }
 
     #[test]
