@@ -97,8 +97,8 @@ impl SimHost {
 
     /// Boots one of the embedded topologies: `default` (the product's demo host: NVIDIA T4
     /// with mdev types, H200 with SR-IOV vGPU, AMD MxGPU, Intel GVT-g), `samples` (the VM
-    /// tier's guest: mtty, mbochs, mdpy, QEMU nvme with SR-IOV) or `scale` (8 parents for
-    /// benchmarks).
+    /// tier's guest: mtty, mbochs, mdpy, QEMU nvme with SR-IOV), `scale` (8 parents for
+    /// benchmarks) or `ampere` (NVIDIA A2 with SR-IOV and mdev types on each VF).
     pub fn builtin(name: &str) -> Result<Self, TopologyError> {
         let text = topology::builtin_text(name)
             .ok_or_else(|| TopologyError::UnknownBuiltin(name.to_string()))?;

@@ -816,7 +816,7 @@ fn refused_pool_create_shows_up_as_add_then_remove() {
 
 #[test]
 fn every_file_reads_like_sysfs() {
-    for name in ["default", "samples", "scale"] {
+    for name in ["default", "samples", "scale", "ampere"] {
         let host = SimHost::builtin(name).unwrap();
         for (path, value) in host.read_all_files() {
             match value {
@@ -878,7 +878,7 @@ fn path_errors_are_the_kernels() {
 /// Golden listing of each topology at boot: every entry, with file contents.
 #[test]
 fn golden_tree_listings() {
-    for name in ["default", "samples", "scale"] {
+    for name in ["default", "samples", "scale", "ampere"] {
         let host = SimHost::builtin(name).unwrap();
         let values: std::collections::BTreeMap<String, String> = host
             .read_all_files()
@@ -1013,4 +1013,89 @@ fn sample_drivers_vendor_attributes() {
         read(&host, &format!("/sys/bus/mdev/devices/{U2}/vendor/memory")),
         "16 MB\n"
     );
+}
+
+#[test]
+fn ampere_vfs_are_mdev_parents_with_one_instance_each() {
+    let host = SimHost::builtin("ampere").unwrap();
+    let pf = "/sys/bus/pci/devices/0000:08:00.0";
+    assert!(host.list(p("/sys/class/mdev_bus")).unwrap().is_empty());
+    host.write(p(&format!("{pf}/sriov_numvfs")), b"16").unwrap();
+    assert_eq!(
+        host.read_link(p(&format!("{pf}/virtfn11"))).unwrap(),
+        p("../0000:08:01.7")
+    );
+    assert_eq!(host.list(p("/sys/class/mdev_bus")).unwrap().len(), 16);
+    let types = |vf: &str| format!("/sys/class/mdev_bus/{vf}/mdev_supported_types");
+    let vf0 = "0000:08:00.4";
+    assert_eq!(
+        read(&host, &format!("{}/nvidia-746/name", types(vf0))),
+        "NVIDIA A2-4Q\n"
+    );
+    assert_eq!(
+        read(
+            &host,
+            &format!("{}/nvidia-746/available_instances", types(vf0))
+        ),
+        "1\n"
+    );
+    host.write(
+        p(&format!("{}/nvidia-754/create", types(vf0))),
+        U1.as_bytes(),
+    )
+    .unwrap();
+    // The VF holds one vGPU.
+    assert_eq!(
+        read(
+            &host,
+            &format!("{}/nvidia-754/available_instances", types(vf0))
+        ),
+        "0\n"
+    );
+    assert_eq!(
+        errno_of(host.write(
+            p(&format!("{}/nvidia-754/create", types(vf0))),
+            U2.as_bytes()
+        )),
+        Some(libc::ENOSPC)
+    );
+    // Another VF: the same framebuffer size is still offered (4Q/4A/4C), others are not —
+    // the pattern of the real A2 capture.
+    let vf11 = "0000:08:01.7";
+    let available: Vec<(String, String)> = host
+        .list(p(&types(vf11)))
+        .unwrap()
+        .into_iter()
+        .map(|t| t.to_string_lossy().into_owned())
+        .map(|t| {
+            let value = read(&host, &format!("{}/{t}/available_instances", types(vf11)));
+            (t, value)
+        })
+        .filter(|(_, v)| v == "1\n")
+        .collect();
+    let mut open: Vec<&str> = available.iter().map(|(t, _)| t.as_str()).collect();
+    open.sort();
+    assert_eq!(open, ["nvidia-746", "nvidia-751", "nvidia-754"]);
+    // Four 4 GB vGPUs fill the 16 GB GPU.
+    for (n, vf) in ["0000:08:00.5", "0000:08:00.6", "0000:08:00.7"]
+        .iter()
+        .enumerate()
+    {
+        host.write(
+            p(&format!("{}/nvidia-746/create", types(vf))),
+            uuid(600 + n).as_bytes(),
+        )
+        .unwrap();
+    }
+    assert_eq!(
+        read(
+            &host,
+            &format!("{}/nvidia-746/available_instances", types(vf11))
+        ),
+        "0\n"
+    );
+    // Disabling the VFs takes their parents and vGPUs.
+    host.write(p(&format!("{pf}/sriov_numvfs")), b"0").unwrap();
+    assert!(host.mdev_uuids().is_empty());
+    assert!(host.list(p("/sys/class/mdev_bus")).unwrap().is_empty());
 }

@@ -41,7 +41,7 @@ pub enum TopologyError {
         problem: String,
     },
     /// `SimHost::builtin` was given a name no built-in topology has.
-    #[error("no built-in topology named {0:?} (have: default, samples, scale)")]
+    #[error("no built-in topology named {0:?} (have: default, samples, scale, ampere)")]
     UnknownBuiltin(String),
 }
 
@@ -149,6 +149,49 @@ pub struct SriovSpec {
     /// NVIDIA vendor-VFIO vGPU types offered on each VF (`nvidia/creatable_vgpu_types`).
     #[serde(default)]
     pub nvidia_vgpu_types: Vec<NvidiaVgpuTypeSpec>,
+    /// mdev types each VF offers once bound (NVIDIA Ampere SR-IOV + mdev): every VF becomes
+    /// an mdev parent holding at most one instance.
+    #[serde(default)]
+    pub vf_mdev: Option<VfMdevSpec>,
+}
+
+/// The mdev parent every VF of a PF becomes (NVIDIA Ampere-style SR-IOV vGPU).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VfMdevSpec {
+    /// The module whose load registers the VF parents.
+    pub module: String,
+    /// Prefix of the type directory names.
+    pub type_prefix: String,
+    /// The mdev bus driver the instances bind to.
+    pub mdev_driver: String,
+    /// Writable per-instance vendor attributes.
+    #[serde(default)]
+    pub instance_attributes: Vec<String>,
+    /// The types; `max_instances` is per GPU (all VFs of the PF together).
+    #[serde(rename = "type")]
+    pub types: Vec<MdevTypeSpec>,
+}
+
+impl VfMdevSpec {
+    /// The parent spec of one VF.
+    pub(crate) fn parent_for(&self, vf: &str) -> MdevParentSpec {
+        MdevParentSpec {
+            name: vf.to_string(),
+            virtual_device: None,
+            pci: Some(vf.to_string()),
+            module: self.module.clone(),
+            type_prefix: self.type_prefix.clone(),
+            mdev_driver: self.mdev_driver.clone(),
+            capacity: CapacityKind::PerVf,
+            resources: BTreeMap::new(),
+            max_instances: None,
+            exhausted_errno: None,
+            instance_attributes: self.instance_attributes.clone(),
+            instance_constants: BTreeMap::new(),
+            types: self.types.clone(),
+        }
+    }
 }
 
 /// One NVIDIA SR-IOV vGPU type.
@@ -172,9 +215,12 @@ pub enum CapacityKind {
     Pool,
     /// The 6.1 core's `max_instances`: one counter shared by all types. Exhaustion is EUSERS.
     MaxInstances,
-    /// Each type has its own `max_instances` and only one type may be in use at a time
-    /// (NVIDIA time-sliced vGPU).
+    /// Each type has its own `max_instances` and only one type (or one `homogeneous_group`)
+    /// may be in use at a time (NVIDIA time-sliced vGPU).
     Homogeneous,
+    /// One instance per parent (a VF); homogeneous and counted across all VFs of the PF.
+    /// Only for `sriov.vf_mdev` parents.
+    PerVf,
 }
 
 /// A device that registers as an mdev parent.
@@ -239,6 +285,10 @@ pub struct MdevTypeSpec {
     /// Per-type limit for homogeneous capacity.
     #[serde(default)]
     pub max_instances: Option<u32>,
+    /// Types with the same group may share a GPU under homogeneous capacity (NVIDIA allows
+    /// different series of one framebuffer size); default: the type alone.
+    #[serde(default)]
+    pub homogeneous_group: Option<String>,
     /// Read-only vendor attributes of this type's instances (`vendor/resolution`); `{uuid}`
     /// in the value is replaced.
     #[serde(default)]
@@ -380,7 +430,9 @@ impl Topology {
             .and_then(errno_from_name)
             .unwrap_or(match parent.capacity {
                 CapacityKind::MaxInstances => libc::EUSERS,
-                CapacityKind::Pool | CapacityKind::Homogeneous => libc::ENOSPC,
+                CapacityKind::Pool | CapacityKind::Homogeneous | CapacityKind::PerVf => {
+                    libc::ENOSPC
+                }
             })
     }
 
@@ -459,6 +511,31 @@ impl Topology {
                         &device.bdf,
                         "VF routing ids fall outside the bus range".to_string(),
                     ));
+                }
+                if let Some(vf_mdev) = &sriov.vf_mdev {
+                    check_name("module", &vf_mdev.module)?;
+                    check_name("mdev driver", &vf_mdev.mdev_driver)?;
+                    let mut type_ids = BTreeSet::new();
+                    for mdev_type in &vf_mdev.types {
+                        check_name("mdev type", &mdev_type.id)?;
+                        if !type_ids.insert(mdev_type.id.as_str())
+                            || mdev_type.max_instances.is_none()
+                        {
+                            return Err(invalid(
+                                &device.bdf,
+                                format!(
+                                    "VF mdev type {} is repeated or lacks max_instances",
+                                    mdev_type.id
+                                ),
+                            ));
+                        }
+                    }
+                    if sriov.vf_driver.is_none() {
+                        return Err(invalid(
+                            &device.bdf,
+                            "vf_mdev needs a vf_driver to bind the VFs".to_string(),
+                        ));
+                    }
                 }
                 let mut ids = BTreeSet::new();
                 for vgpu in &sriov.nvidia_vgpu_types {
@@ -567,6 +644,12 @@ impl Topology {
                         }
                     }
                     CapacityKind::MaxInstances => {}
+                    CapacityKind::PerVf => {
+                        return Err(invalid(
+                            &parent.name,
+                            "capacity per_vf is only for sriov.vf_mdev".to_string(),
+                        ));
+                    }
                 }
             }
             let type_constants = parent
@@ -615,6 +698,7 @@ pub(crate) fn builtin_text(name: &str) -> Option<&'static str> {
         "default" => Some(include_str!("../../topologies/default.toml")),
         "samples" => Some(include_str!("../../topologies/samples.toml")),
         "scale" => Some(include_str!("../../topologies/scale.toml")),
+        "ampere" => Some(include_str!("../../topologies/ampere.toml")),
         _ => None,
     }
 }
@@ -642,7 +726,7 @@ mod tests {
 
     #[test]
     fn builtins_validate() {
-        for name in ["default", "samples", "scale"] {
+        for name in ["default", "samples", "scale", "ampere"] {
             let text = builtin_text(name).unwrap();
             if let Err(error) = Topology::from_toml(text) {
                 panic!("{name}: {error}: {:?}", std::error::Error::source(&error));

@@ -152,6 +152,14 @@ const SYS_GROUPS: &str = "/sys/kernel/iommu_groups";
 /// First pid handed to simulated holder processes.
 const FIRST_PID: u32 = 4000;
 
+/// The homogeneous group of a type (itself unless the topology groups types).
+fn homogeneous_group(spec: &MdevParentSpec, type_id: &str) -> Option<String> {
+    spec.types
+        .iter()
+        .find(|t| t.id == type_id)
+        .map(|t| t.homogeneous_group.clone().unwrap_or_else(|| t.id.clone()))
+}
+
 fn devpath(dir: &str) -> String {
     dir.strip_prefix("/sys").unwrap_or(dir).to_string()
 }
@@ -200,6 +208,13 @@ impl World {
         }
         for parent in &topology.mdev_parents {
             world.modules.insert(parent.module.clone(), true);
+        }
+        for vf_mdev in topology
+            .pci_devices
+            .iter()
+            .filter_map(|d| d.sriov.as_ref()?.vf_mdev.as_ref())
+        {
+            world.modules.insert(vf_mdev.module.clone(), true);
         }
         for module in &topology.unloaded_modules {
             world.modules.insert(module.clone(), false);
@@ -421,15 +436,31 @@ impl World {
             }
         }
         let parents: Vec<MdevParentSpec> = self
-            .topology
-            .mdev_parents
-            .iter()
+            .parent_specs()
+            .into_iter()
             .filter(|p| p.module == module)
-            .cloned()
             .collect();
         for parent in parents {
             self.register_parent(parent);
         }
+    }
+
+    /// Every parent the machine could register now: the topology's, and one per existing VF
+    /// of a PF with `vf_mdev`.
+    fn parent_specs(&self) -> Vec<MdevParentSpec> {
+        let mut specs = self.topology.mdev_parents.clone();
+        for (bdf, pci) in &self.pci {
+            let vf_mdev = pci
+                .physfn
+                .as_ref()
+                .and_then(|pf| self.pci.get(pf))
+                .and_then(|pf| pf.sriov.as_ref())
+                .and_then(|s| s.spec.vf_mdev.as_ref());
+            if let Some(vf_mdev) = vf_mdev {
+                specs.push(vf_mdev.parent_for(bdf));
+            }
+        }
+        specs
     }
 
     /// `modprobe`: ENOENT for a module the host does not have.
@@ -678,11 +709,35 @@ impl World {
                 max.saturating_sub(mine().count() as u64)
             }
             CapacityKind::Homogeneous => {
-                if mine().any(|m| m.type_id != type_id) {
+                let wanted = homogeneous_group(spec, type_id);
+                if mine().any(|m| homogeneous_group(spec, &m.type_id) != wanted) {
                     return 0;
                 }
                 let max = u64::from(mdev_type.max_instances.unwrap_or(0));
                 max.saturating_sub(mine().count() as u64)
+            }
+            CapacityKind::PerVf => {
+                if mine().next().is_some() {
+                    return 0;
+                }
+                let wanted = homogeneous_group(spec, type_id);
+                let pf = self.pci.get(parent).and_then(|vf| vf.physfn.clone());
+                let on_gpu: Vec<&Mdev> = self
+                    .mdevs
+                    .values()
+                    .filter(|m| {
+                        pf.is_some()
+                            && self.pci.get(&m.parent).and_then(|vf| vf.physfn.clone()) == pf
+                    })
+                    .collect();
+                if on_gpu
+                    .iter()
+                    .any(|m| homogeneous_group(spec, &m.type_id) != wanted)
+                {
+                    return 0;
+                }
+                let max = mdev_type.max_instances.unwrap_or(0) as usize;
+                u64::from(on_gpu.len() < max)
             }
             CapacityKind::Pool => {
                 let mut used: BTreeMap<&str, u64> = BTreeMap::new();
@@ -1061,11 +1116,9 @@ impl World {
             ],
         );
         let parents: Vec<MdevParentSpec> = self
-            .topology
-            .mdev_parents
-            .iter()
+            .parent_specs()
+            .into_iter()
             .filter(|p| p.pci.as_deref() == Some(bdf) && self.modules.get(&p.module) == Some(&true))
-            .cloned()
             .collect();
         for parent in parents {
             self.register_parent(parent);
