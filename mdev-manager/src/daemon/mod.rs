@@ -497,29 +497,6 @@ pub fn introspection_xml(service: &Arc<Service>) -> String {
     xml
 }
 
-/// The `<interface name="...">...</interface>` blocks of an introspection document, by name,
-/// with each line trimmed (indentation differs between a document and a live object).
-pub fn interface_blocks(xml: &str) -> std::collections::BTreeMap<String, String> {
-    let mut blocks = std::collections::BTreeMap::new();
-    let mut current: Option<(String, String)> = None;
-    for line in xml.lines().map(str::trim) {
-        if let Some(rest) = line.strip_prefix("<interface name=\"") {
-            let name = rest.split('"').next().unwrap_or_default().to_string();
-            current = Some((name, String::new()));
-        }
-        if let Some((_, block)) = current.as_mut() {
-            block.push_str(line);
-            block.push('\n');
-        }
-        if line == "</interface>" {
-            if let Some((name, block)) = current.take() {
-                blocks.insert(name, block);
-            }
-        }
-    }
-    blocks
-}
-
 /// An interface whose properties come from one [`Properties`] record.
 pub trait Exported: Interface {
     /// The record type.

@@ -12,7 +12,8 @@ use futures_util::StreamExt;
 use zbus::{Connection, Variant};
 
 use super::auth::{AllowAll, Authorizer, DenyAll};
-use super::{interface_blocks, introspection_xml, Service};
+use super::{introspection_xml, Service};
+use dbus_api::interface_blocks;
 use crate::engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig};
 use crate::sim::SimHost;
 

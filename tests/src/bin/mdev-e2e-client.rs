@@ -1,0 +1,78 @@
+//! Test helper: calls every mutating method of the service once, as whatever user runs it, and
+//! prints one JSON object `{"Interface.Method": "<D-Bus error name>" | "ok"}`. The
+//! authorization tests run it as an unprivileged user through `runuser`.
+//!
+//! Usage: `mdev-e2e-client INSTANCE_PATH SRIOV_PARENT_PATH` (bus from DBUS_SYSTEM_BUS_ADDRESS).
+
+use std::collections::{BTreeMap, HashMap};
+
+use dbus_api::proxy::{InstanceProxy, ManagerProxy, SriovProxy};
+use zbus::Variant;
+
+fn outcome<T>(result: zbus::Result<T>) -> String {
+    match result {
+        Ok(_) => "ok".to_string(),
+        Err(zbus::Error::MethodError(name, _, _)) => name.to_string(),
+        Err(other) => format!("transport error: {other}"),
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [instance_path, parent_path] = args.as_slice() else {
+        return Err("usage: mdev-e2e-client INSTANCE_PATH SRIOV_PARENT_PATH".into());
+    };
+    let connection = zbus::Connection::system().await?;
+    let manager = ManagerProxy::new(&connection).await?;
+    let instance = InstanceProxy::builder(&connection)
+        .path(instance_path.as_str())
+        .build()
+        .await?;
+    let sriov = SriovProxy::builder(&connection)
+        .path(parent_path.as_str())
+        .build()
+        .await?;
+    let none = HashMap::<&str, Variant<'_>>::new;
+    let domain_uuid = "6d1f0c4e-0000-4000-8000-000000000001";
+    let device: HashMap<&str, Variant<'_>> = HashMap::from([
+        ("kind", Variant::from("mdev")),
+        ("profile", Variant::from("nvidia-t4-2q")),
+    ]);
+
+    let mut results = BTreeMap::new();
+    results.insert("Manager.Rescan", outcome(manager.rescan(none()).await));
+    results.insert(
+        "Manager.ReloadProfiles",
+        outcome(manager.reload_profiles(none()).await),
+    );
+    results.insert(
+        "Manager.CreateInstances",
+        outcome(manager.create_instances("nvidia-t4-2q", none()).await),
+    );
+    results.insert(
+        "Manager.PrepareDomain",
+        outcome(
+            manager
+                .prepare_domain("e2e-vm", domain_uuid, vec![device], none())
+                .await,
+        ),
+    );
+    results.insert(
+        "Manager.ReleaseDomain",
+        outcome(manager.release_domain("e2e-vm", domain_uuid, none()).await),
+    );
+    results.insert(
+        "Sriov.SetNumVfs",
+        outcome(sriov.set_num_vfs(2, none()).await),
+    );
+    results.insert("Instance.Stop", outcome(instance.stop(none()).await));
+    results.insert("Instance.Start", outcome(instance.start(none()).await));
+    results.insert(
+        "Instance.SetAutostart",
+        outcome(instance.set_autostart(true, none()).await),
+    );
+    results.insert("Instance.Destroy", outcome(instance.destroy(none()).await));
+    println!("{}", serde_json::to_string(&results)?);
+    Ok(())
+}

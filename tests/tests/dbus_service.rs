@@ -1,0 +1,316 @@
+//! The service as a separate process on a private system-like bus (real dbus-daemon, Debian's
+//! system bus config with the project's policy), driven with `vgpuctl` and proxies.
+
+use std::time::Duration;
+
+use dbus_api::names::{interface, BUS_NAME, MANAGER_PATH};
+use dbus_api::{path, ClientError, ErrorKind};
+use e2e_tests::bus::{name_has_owner, start_service, vgpuctl, wait_for, TestBus};
+use serde_json::Value;
+
+fn json(output: &std::process::Output) -> Value {
+    assert!(
+        output.status.success(),
+        "vgpuctl failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON")
+}
+
+fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+async fn connect(bus: &TestBus) -> zbus::Connection {
+    zbus::connection::Builder::address(bus.address().as_str())
+        .build()
+        .await
+        .expect("connect to the test bus")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn running_service_matches_the_published_introspection() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let connection = connect(&bus).await;
+    let published = dbus_api::interface_blocks(dbus_api::INTROSPECTION_XML);
+    let mut seen = std::collections::BTreeSet::new();
+    for object in [
+        MANAGER_PATH.to_string(),
+        path::parent_path("0000:4b:00.0").to_string(),
+        path::mdev_type_path("0000:3b:00.0", "nvidia-231").to_string(),
+        path::profile_path("nvidia-t4-2q").to_string(),
+    ] {
+        let proxy = zbus::fdo::IntrospectableProxy::builder(&connection)
+            .destination(BUS_NAME)
+            .path(object.as_str())
+            .build()
+            .await
+            .unwrap();
+        let xml = proxy.introspect().await.expect("Introspect");
+        for (name, block) in dbus_api::interface_blocks(&xml) {
+            if !name.starts_with("org.mdevmanager.") {
+                continue;
+            }
+            assert_eq!(
+                published.get(&name),
+                Some(&block),
+                "{name} on {object} differs from dbus-api/interface/org.mdevmanager.VGpu1.xml"
+            );
+            seen.insert(name);
+        }
+    }
+    for name in [
+        interface::MANAGER,
+        interface::PARENT,
+        interface::SRIOV,
+        interface::MDEV_TYPE,
+        interface::PROFILE,
+    ] {
+        assert!(
+            seen.contains(name),
+            "{name} was not found on the running service"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+
+    let parents = json(&vgpuctl(&bus, None, &["--json", "parents"]));
+    let t4 = parents
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "0000:3b:00.0")
+        .expect("the simulated T4 is listed");
+    assert_eq!(t4["vendor_id"], 0x10de);
+    assert_eq!(t4["modes"], serde_json::json!(["mdev"]));
+    let types = json(&vgpuctl(&bus, None, &["--json", "types", "0000:3b:00.0"]));
+    let t4_2q = types
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "nvidia-231")
+        .expect("T4-2Q type");
+    let available_before = t4_2q["available_instances"].as_u64().unwrap();
+
+    // Follow the signals with vgpuctl itself while creating and destroying.
+    let events = std::process::Command::new(e2e_tests::bus::workspace_binary("vgpuctl"))
+        .args(["--json", "events"])
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("vgpuctl events");
+    // The subscription is in place once the bus lists a match rule for it; a short settle
+    // avoids depending on bus internals.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let created = json(&vgpuctl(
+        &bus,
+        None,
+        &["--json", "create", "nvidia-t4-2q", "--count", "2"],
+    ));
+    let created: Vec<String> = created
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["uuid"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(created.len(), 2);
+
+    let list = json(&vgpuctl(&bus, None, &["--json", "list"]));
+    for uuid in &created {
+        let record = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["uuid"] == uuid.as_str())
+            .unwrap_or_else(|| panic!("{uuid} listed"));
+        assert_eq!(record["profile"], "nvidia-t4-2q");
+        assert_eq!(record["type"], "nvidia-231");
+        assert_eq!(record["active"], true);
+        assert_eq!(record["owner"], "created");
+    }
+    let shown = json(&vgpuctl(&bus, None, &["--json", "show", &created[0]]));
+    assert_eq!(shown["uuid"], created[0].as_str());
+    let xml = vgpuctl(&bus, None, &["xml", &created[0]]);
+    assert!(
+        String::from_utf8_lossy(&xml.stdout).contains(&format!("<address uuid='{}'/>", created[0]))
+    );
+    let types = json(&vgpuctl(&bus, None, &["--json", "types", "0000:3b:00.0"]));
+    let after = types
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "nvidia-231")
+        .unwrap()["available_instances"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(after + 2, available_before, "capacity went down by two");
+
+    let destroyed = json(&vgpuctl(
+        &bus,
+        None,
+        &["--json", "destroy", &created[0], &created[1]],
+    ));
+    assert_eq!(destroyed["destroyed"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        serde_json::json!([])
+    );
+
+    // Collect what vgpuctl events saw, then stop it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(events.id() as i32, libc::SIGTERM);
+    }
+    let output = events.wait_with_output().unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let position = |event: &str, uuid: &str| {
+        let object = path::mdev_instance_path(uuid).to_string();
+        lines
+            .iter()
+            .position(|e| e["event"] == event && e["object"] == object.as_str())
+            .unwrap_or_else(|| panic!("no {event} for {uuid} in {lines:#?}"))
+    };
+    for uuid in &created {
+        let added = position("added", uuid);
+        let removed = position("removed", uuid);
+        assert!(added < removed, "added before removed for {uuid}");
+        let added_event = &lines[added];
+        assert!(added_event["interfaces"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from(interface::INSTANCE)));
+    }
+    // Capacity changes are announced too.
+    let type_object = path::mdev_type_path("0000:3b:00.0", "nvidia-231").to_string();
+    assert!(lines.iter().any(|e| e["event"] == "changed"
+        && e["object"] == type_object.as_str()
+        && e["properties"].get("AvailableInstances").is_some()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn errors_have_typed_names_one_line_messages_and_distinct_exit_codes() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+
+    let missing = "0b7f4c6e-1a2b-4c3d-8e9f-001122334455";
+    let output = vgpuctl(&bus, None, &["destroy", missing]);
+    assert_eq!(
+        output.status.code(),
+        Some(ErrorKind::NotFound.exit_code() as i32)
+    );
+    assert!(stderr(&output).contains(missing), "{}", stderr(&output));
+    assert_eq!(stderr(&output).trim().lines().count(), 1);
+
+    let output = vgpuctl(&bus, None, &["create", "no-such-profile"]);
+    assert_eq!(
+        output.status.code(),
+        Some(ErrorKind::NotFound.exit_code() as i32),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        stderr(&output).contains("no-such-profile"),
+        "{}",
+        stderr(&output)
+    );
+
+    // The T4 has room for one T4-16C; a second is NoCapacity and the batch creates nothing.
+    let output = vgpuctl(&bus, None, &["create", "nvidia-t4-16c", "--count", "2"]);
+    assert_eq!(
+        output.status.code(),
+        Some(ErrorKind::NoCapacity.exit_code() as i32),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(
+        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        serde_json::json!([])
+    );
+
+    // A typed error name on the wire, not org.freedesktop.DBus.Error.Failed.
+    let connection = connect(&bus).await;
+    let manager = dbus_api::proxy::ManagerProxy::new(&connection)
+        .await
+        .unwrap();
+    let mut options = std::collections::HashMap::new();
+    options.insert("bogus", zbus::Variant::from(1u32));
+    match manager.create_instances("nvidia-t4-2q", options).await {
+        Err(zbus::Error::MethodError(name, message, _)) => {
+            assert_eq!(name.as_str(), "org.mdevmanager.VGpu1.Error.InvalidArgs");
+            assert!(message.unwrap_or_default().contains("bogus"));
+        }
+        other => panic!("expected InvalidArgs, got {other:?}"),
+    }
+    let error = ClientError::from(
+        manager
+            .create_instances("no-such-profile", Default::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::NotFound));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sriov_job_completes_and_sigterm_stops_the_service() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let service = start_service(&bus, &[]).expect("mdev-manager");
+
+    let output = vgpuctl(
+        &bus,
+        None,
+        &["--json", "sriov", "0000:4b:00.0", "--vfs", "4"],
+    );
+    let result = json(&output);
+    assert_eq!(result["result"], "done", "{result}");
+    assert!(result["job"]
+        .as_str()
+        .unwrap()
+        .starts_with("/org/mdevmanager/VGpu1/jobs/"));
+    let parents = json(&vgpuctl(&bus, None, &["--json", "parents"]));
+    let h200 = parents
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "0000:4b:00.0")
+        .unwrap();
+    assert_eq!(h200["sriov"]["num_vfs"], 4);
+    assert_eq!(h200["sriov"]["vfs"].as_array().unwrap().len(), 4);
+
+    // A parent without SR-IOV is NotFound for `sriov`, naming it.
+    let output = vgpuctl(&bus, None, &["sriov", "0000:3b:00.0", "--vfs", "1"]);
+    assert_eq!(
+        output.status.code(),
+        Some(ErrorKind::NotFound.exit_code() as i32)
+    );
+    assert!(stderr(&output).contains("0000:3b:00.0"));
+
+    let exit = service.terminate().expect("stop the service");
+    assert!(
+        exit.status.success(),
+        "clean exit on SIGTERM: {}",
+        exit.status
+    );
+    wait_for(Duration::from_secs(5), || {
+        !name_has_owner(&bus.address(), BUS_NAME)
+    })
+    .expect("name released");
+    let output = vgpuctl(&bus, None, &["list"]);
+    assert_eq!(
+        output.status.code(),
+        Some(69),
+        "service unavailable: {}",
+        stderr(&output)
+    );
+}
