@@ -208,6 +208,77 @@ group_conformance() {
   fi
 }
 
+# What the kernel does while a VMM holds a device: a second open of the group is EBUSY, and
+# remove (or disabling the VFs) waits until the device is closed.
+group_held() {
+  check held.group_open_ebusy held_group_busy
+  check held.mdev_remove_waits_for_close held_mdev_remove
+  check held.numvfs_zero_waits_for_close held_numvfs_zero
+  remove_all_mdevs
+}
+
+held_group_busy() {
+  local uuid group
+  uuid="$(create_mdev mtty mtty-1)" || return 1
+  group="$(mdev_group "$uuid")"
+  start_holder "/sys/bus/mdev/devices/$uuid" || return 1
+  local got
+  got="$(python3 -c 'import os,sys,errno
+try:
+    os.open(sys.argv[1], os.O_RDWR); print("OK")
+except OSError as e:
+    print(errno.errorcode[e.errno])' "/dev/vfio/$group")"
+  release_holder
+  echo 1 >"/sys/bus/mdev/devices/$uuid/remove"
+  expect_equal "second open of /dev/vfio/$group while held" EBUSY "$got"
+}
+
+held_mdev_remove() {
+  local uuid writer
+  uuid="$(create_mdev mtty mtty-1)" || return 1
+  start_holder "/sys/bus/mdev/devices/$uuid" || return 1
+  (echo 1 >"/sys/bus/mdev/devices/$uuid/remove") &
+  writer=$!
+  sleep 2
+  if ! running "$writer"; then
+    release_holder
+    echo "remove of held $uuid returned at once"
+    return 1
+  fi
+  # What stays visible while the remove waits (the simulated host must show the same).
+  local group seen
+  group="$(basename "$(readlink "/sys/class/mdev_bus/mtty/$uuid/iommu_group" 2>/dev/null)")"
+  seen="bus link $(present "/sys/bus/mdev/devices/$uuid"), device dir $(present "/sys/class/mdev_bus/mtty/$uuid"), remove attr $(present "/sys/class/mdev_bus/mtty/$uuid/remove"), /dev/vfio/$group $(present "/dev/vfio/$group")"
+  release_holder
+  local expected="bus link absent, device dir present, remove attr absent, /dev/vfio/$group present"
+  [ "$seen" = "$expected" ] || { echo "while remove waited: expected $expected; saw $seen"; return 1; }
+  wait_until 30 eval '! running '"$writer" || { echo "remove still blocked 30 s after the close"; return 1; }
+  wait "$writer" || { echo "remove failed after the close"; return 1; }
+  [ ! -e "/sys/bus/mdev/devices/$uuid" ] || { echo "$uuid still present"; return 1; }
+  echo "remove of held $uuid blocked >= 2 s (meanwhile: $seen), completed after the close"
+}
+
+held_numvfs_zero() {
+  local pf vf writer
+  vf="$(ensure_vf_bound)" || { echo "cannot enable the nvme VFs and bind virtfn0 to vfio-pci"; return 1; }
+  pf="$(nvme_pf)" || return 1
+  start_holder "/sys/bus/pci/devices/$vf" || return 1
+  (echo 0 >"/sys/bus/pci/devices/$pf/sriov_numvfs") &
+  writer=$!
+  sleep 2
+  if ! running "$writer"; then
+    release_holder
+    echo "sriov_numvfs=0 with $vf held returned at once"
+    return 1
+  fi
+  release_holder
+  wait_until 30 eval '! running '"$writer" || { echo "sriov_numvfs=0 still blocked 30 s after the close"; return 1; }
+  wait "$writer" || { echo "sriov_numvfs=0 failed after the close"; return 1; }
+  [ ! -e "/sys/bus/pci/devices/$pf/virtfn0" ] || { echo "virtfn0 still present"; return 1; }
+  expect_equal "sriov_numvfs of $pf" 0 "$(cat "/sys/bus/pci/devices/$pf/sriov_numvfs")" >/dev/null || return 1
+  echo "sriov_numvfs=0 with $vf held blocked >= 2 s, completed after the close"
+}
+
 # Unloading a parent driver takes its mdevs with it, and only its own.
 group_unload() {
   check unload.rmmod_parent unload_parent

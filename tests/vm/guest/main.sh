@@ -38,7 +38,11 @@ for group in "${CHECK_GROUPS[@]}"; do
     continue
   fi
   started="$(cut -d' ' -f1 /proc/uptime)"
-  "group_$group"
+  if declare -F "group_$group" >/dev/null; then
+    "group_$group"
+  else
+    fail "$group" "no function group_$group in checks.sh"
+  fi
   echo "vmtier: group $group took $(awk -v s="$started" '{ printf "%.1f", $1 - s }' /proc/uptime) s"
 done
 touch "$out/done"
