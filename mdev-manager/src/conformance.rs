@@ -503,6 +503,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("remove", scenario_remove),
     ("remove-while-held", scenario_remove_held),
     ("sriov", scenario_sriov),
+    ("formats", scenario_formats),
 ];
 
 fn scenario_create(r: &mut Runner) {
@@ -1002,6 +1003,357 @@ fn scenario_sriov(r: &mut Runner) {
     let _ = r.write(&format!("{base}/sriov_drivers_autoprobe"), b"1");
 }
 
+/// What reading a file gives: its text without the one trailing newline (inner newlines
+/// escaped, `(no newline)` appended when there was none), or the errno.
+fn read_value(host: &dyn HostFs, path: &str) -> Outcome {
+    match host.read(Path::new(path)) {
+        Ok(text) => match text.strip_suffix('\n') {
+            Some(line) => Outcome::Value(line.replace('\n', "\\n")),
+            None => Outcome::Value(format!("{} (no newline)", text.replace('\n', "\\n"))),
+        },
+        Err(error) => Outcome::of(&Err(error)),
+    }
+}
+
+/// A link's stored target, with a trailing IOMMU group number replaced by `N` (numbers are
+/// the kernel's to choose).
+fn link_value(host: &dyn HostFs, path: &str) -> Outcome {
+    match host.read_link(Path::new(path)) {
+        Ok(target) => {
+            let text = target.to_string_lossy().into_owned();
+            match text.rsplit_once("iommu_groups/") {
+                Some((head, number)) if number.bytes().all(|b| b.is_ascii_digit()) => {
+                    Outcome::Value(format!("{head}iommu_groups/N"))
+                }
+                _ => Outcome::Value(text),
+            }
+        }
+        Err(error) => Outcome::of(&Err(error)),
+    }
+}
+
+fn sorted_listing(host: &dyn HostFs, path: &str) -> Outcome {
+    match host.list(Path::new(path)) {
+        Ok(names) => {
+            let mut names: Vec<String> = names
+                .iter()
+                .map(|n| n.to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            Outcome::Value(names.join(" "))
+        }
+        Err(error) => Outcome::of(&Err(error)),
+    }
+}
+
+impl Runner {
+    fn value(&mut self, step: &str, expected: &str, path: &str) {
+        let outcome = read_value(self.host.as_ref(), path);
+        self.record(step, Outcome::Value(expected.to_string()), outcome);
+    }
+
+    fn link(&mut self, step: &str, expected: &str, path: &str) {
+        let outcome = link_value(self.host.as_ref(), path);
+        self.record(step, Outcome::Value(expected.to_string()), outcome);
+    }
+}
+
+/// File formats, link texts and access rules, read the same way on both hosts.
+fn scenario_formats(r: &mut Runner) {
+    if r.has_type("mtty", "mtty-1") {
+        let mtty1 = Runner::type_dir("mtty", "mtty-1");
+        let listing = sorted_listing(r.host.as_ref(), &mtty1);
+        r.record(
+            "mtty-1 type directory (no description)",
+            Outcome::Value("available_instances create device_api devices name".into()),
+            listing,
+        );
+        r.value(
+            "mtty-1 name",
+            "Single port serial",
+            &format!("{mtty1}/name"),
+        );
+        r.value(
+            "mtty-2 name",
+            "Dual port serial",
+            &format!("{}/name", Runner::type_dir("mtty", "mtty-2")),
+        );
+        r.value(
+            "mtty-1 device_api",
+            "vfio-pci",
+            &format!("{mtty1}/device_api"),
+        );
+        r.link(
+            "mdev_bus link of mtty",
+            "../../devices/virtual/mtty/mtty",
+            &format!("{MDEV_BUS}/mtty"),
+        );
+        let read_create = r
+            .host
+            .read(Path::new(&format!("{mtty1}/create")))
+            .map(|_| ());
+        r.record(
+            "read a write-only create",
+            Outcome::errno(libc::EACCES),
+            Outcome::of(&read_create),
+        );
+        r.step_write(
+            "write a read-only available_instances",
+            Outcome::errno(libc::EACCES),
+            &format!("{mtty1}/available_instances"),
+            b"1",
+        );
+        r.step_write(
+            "empty write to create",
+            Outcome::Ok,
+            &format!("{mtty1}/create"),
+            b"",
+        );
+        let uuid = test_uuid(50);
+        let created = r.create("mtty", "mtty-2", &uuid);
+        r.record("create an mtty-2", Outcome::Ok, Outcome::of(&created));
+        let dev = format!("{MDEV_DEVICES}/{uuid}");
+        r.link(
+            "mdev device link",
+            &format!("../../../devices/virtual/mtty/mtty/{uuid}"),
+            &dev,
+        );
+        r.link(
+            "mdev iommu_group link",
+            "../../../../../kernel/iommu_groups/N",
+            &format!("{dev}/iommu_group"),
+        );
+        r.link(
+            "mdev driver link",
+            "../../../../../bus/mdev/drivers/mtty",
+            &format!("{dev}/driver"),
+        );
+        r.link(
+            "mdev mdev_type link",
+            "../mdev_supported_types/mtty-2",
+            &format!("{dev}/mdev_type"),
+        );
+        r.link(
+            "type devices/ link",
+            &format!("../../../{uuid}"),
+            &format!("{}/devices/{uuid}", Runner::type_dir("mtty", "mtty-2")),
+        );
+        r.value(
+            "mtty vendor/sample_mdev_dev",
+            &format!("This is MDEV {uuid}"),
+            &format!("{dev}/vendor/sample_mdev_dev"),
+        );
+        r.step_write(
+            "remove with an overflowing number",
+            Outcome::errno(libc::EINVAL),
+            &format!("{dev}/remove"),
+            b"99999999999999999999999",
+        );
+        r.step_write("remove with 2", Outcome::Ok, &format!("{dev}/remove"), b"2");
+        r.check("device gone after 2", !r.device_exists(&uuid), libc::EEXIST);
+    } else {
+        r.skip("mdev formats", Outcome::Ok, "no mtty parent");
+    }
+    if r.has_type("mbochs", "mbochs-small") {
+        let small = Runner::type_dir("mbochs", "mbochs-small");
+        r.value(
+            "mbochs-small name",
+            "mbochs-small",
+            &format!("{small}/name"),
+        );
+        r.value(
+            "mbochs-small description",
+            "virtual display, 4 MB video memory",
+            &format!("{small}/description"),
+        );
+        let uuid = test_uuid(51);
+        let created = r.create("mbochs", "mbochs-medium", &uuid);
+        r.record(
+            "create an mbochs-medium",
+            Outcome::Ok,
+            Outcome::of(&created),
+        );
+        r.value(
+            "mbochs vendor/memory",
+            "16 MB",
+            &format!("{MDEV_DEVICES}/{uuid}/vendor/memory"),
+        );
+        r.remove(&uuid);
+    }
+    if r.has_type("mdpy", "mdpy-hd") {
+        let hd = Runner::type_dir("mdpy", "mdpy-hd");
+        r.value(
+            "mdpy-hd description",
+            "virtual display, 1920x1080 framebuffer",
+            &format!("{hd}/description"),
+        );
+        r.value(
+            "mdpy-hd available_instances",
+            "4",
+            &format!("{hd}/available_instances"),
+        );
+        let uuid = test_uuid(52);
+        let created = r.create("mdpy", "mdpy-xga", &uuid);
+        r.record("create an mdpy-xga", Outcome::Ok, Outcome::of(&created));
+        r.value(
+            "mdpy vendor/resolution",
+            "1024x768",
+            &format!("{MDEV_DEVICES}/{uuid}/vendor/resolution"),
+        );
+        r.value(
+            "mdpy-hd available_instances with one mdpy-xga",
+            "3",
+            &format!("{hd}/available_instances"),
+        );
+        r.remove(&uuid);
+    }
+    let Some((pf, Some(driver))) = find_pf(r.host.as_ref()) else {
+        r.skip("PCI formats", Outcome::Ok, "no SR-IOV PF with a driver");
+        return;
+    };
+    let base = format!("{PCI_DEVICES}/{pf}");
+    for (file, expected) in [
+        ("vendor", "0x1b36"),
+        ("device", "0x0010"),
+        ("subsystem_vendor", "0x1af4"),
+        ("subsystem_device", "0x1100"),
+        ("class", "0x010802"),
+        ("numa_node", "-1"),
+        ("sriov_totalvfs", "4"),
+        ("sriov_offset", "1"),
+        ("sriov_stride", "1"),
+        ("sriov_vf_device", "10"),
+        ("sriov_numvfs", "0"),
+        ("sriov_drivers_autoprobe", "1"),
+        ("driver_override", "(null)"),
+    ] {
+        r.value(&format!("PF {file}"), expected, &format!("{base}/{file}"));
+    }
+    r.link(
+        "PF driver link",
+        &format!("../../../../bus/pci/drivers/{driver}"),
+        &format!("{base}/driver"),
+    );
+    r.link(
+        "PF iommu_group link",
+        "../../../../kernel/iommu_groups/N",
+        &format!("{base}/iommu_group"),
+    );
+    r.step_write(
+        "sriov_numvfs=70000 (u16 overflow)",
+        Outcome::errno(libc::EINVAL),
+        &format!("{base}/sriov_numvfs"),
+        b"70000",
+    );
+    r.step_write(
+        "sriov_drivers_autoprobe=maybe",
+        Outcome::errno(libc::EINVAL),
+        &format!("{base}/sriov_drivers_autoprobe"),
+        b"maybe",
+    );
+    r.step_write(
+        "sriov_drivers_autoprobe=0",
+        Outcome::Ok,
+        &format!("{base}/sriov_drivers_autoprobe"),
+        b"0",
+    );
+    r.step_write(
+        "sriov_numvfs=2",
+        Outcome::Ok,
+        &format!("{base}/sriov_numvfs"),
+        b"2",
+    );
+    let vf1 = r
+        .host
+        .read_link(Path::new(&format!("{base}/virtfn1")))
+        .ok()
+        .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()));
+    r.link(
+        "virtfn0 link",
+        "../0000:01:00.1",
+        &format!("{base}/virtfn0"),
+    );
+    if let Some(vf) = vf1 {
+        let vf_dir = format!("{PCI_DEVICES}/{vf}");
+        r.link(
+            "VF physfn link",
+            &format!("../{pf}"),
+            &format!("{vf_dir}/physfn"),
+        );
+        r.value("VF device", "0x0010", &format!("{vf_dir}/device"));
+        r.value("VF vendor", "0x1b36", &format!("{vf_dir}/vendor"));
+        r.check(
+            "an unbound VF has no driver link",
+            !r.host.exists(Path::new(&format!("{vf_dir}/driver"))),
+            libc::EEXIST,
+        );
+        let group = link_value(r.host.as_ref(), &format!("{vf_dir}/iommu_group"));
+        r.record(
+            "VF iommu_group link",
+            Outcome::Value("../../../../kernel/iommu_groups/N".into()),
+            group,
+        );
+        let node = r
+            .host
+            .read_link(Path::new(&format!("{vf_dir}/iommu_group")))
+            .ok()
+            .and_then(|t| {
+                t.file_name()
+                    .map(|n| format!("/dev/vfio/{}", n.to_string_lossy()))
+            });
+        r.check(
+            "no /dev/vfio node for a VF without a VFIO driver",
+            node.is_some_and(|n| !r.host.exists(Path::new(&n))),
+            libc::EEXIST,
+        );
+        if r.host.is_dir(Path::new("/sys/bus/pci/drivers/vfio-pci")) {
+            r.step_write(
+                "bind to vfio-pci without driver_override",
+                Outcome::errno(libc::ENODEV),
+                "/sys/bus/pci/drivers/vfio-pci/bind",
+                vf.as_bytes(),
+            );
+        }
+        r.step_write(
+            &format!("unbind a VF from {driver} it is not bound to"),
+            Outcome::errno(libc::ENODEV),
+            &format!("/sys/bus/pci/drivers/{driver}/unbind"),
+            vf.as_bytes(),
+        );
+        r.step_write(
+            "VF driver_override=vfio-pci then text",
+            Outcome::Ok,
+            &format!("{vf_dir}/driver_override"),
+            b"vfio-pci\nrest",
+        );
+        r.value(
+            "VF driver_override after a newline",
+            "vfio-pci",
+            &format!("{vf_dir}/driver_override"),
+        );
+        r.step_write(
+            "VF driver_override cleared with a newline",
+            Outcome::Ok,
+            &format!("{vf_dir}/driver_override"),
+            b"\n",
+        );
+        r.value(
+            "VF driver_override after clearing",
+            "(null)",
+            &format!("{vf_dir}/driver_override"),
+        );
+    } else {
+        r.skip("VF formats", Outcome::Ok, "no VF appeared");
+    }
+    let _ = r.write(&format!("{base}/sriov_numvfs"), b"0");
+    let _ = r.write(&format!("{base}/sriov_drivers_autoprobe"), b"1");
+    r.value(
+        "PF sriov_numvfs after the run",
+        "0",
+        &format!("{base}/sriov_numvfs"),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1027,7 +1379,7 @@ mod tests {
             "{}",
             report.to_table()
         );
-        assert!(report.steps.len() > 50);
+        assert!(report.steps.len() > 100);
         // Everything the scenarios made is gone again.
         assert!(host.mdev_uuids().is_empty());
         assert_eq!(host.vf_count(), 0);
