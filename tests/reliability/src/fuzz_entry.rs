@@ -1,0 +1,260 @@
+//! The fuzzing entry points, shared by the `cargo fuzz` targets in `fuzz/` and by the corpus
+//! replay test (`tests/reliability_fuzz_corpus.rs`), so CI checks the committed corpora without
+//! cargo-fuzz.
+//!
+//! Each entry point takes arbitrary bytes, feeds them to the code that parses untrusted input
+//! on a host, and panics only when that code misbehaves: a panic inside the parser, or a
+//! property that must hold for every accepted input (an accepted sysfs name never escapes its
+//! directory, an accepted sysfs value never carries a second line).
+
+use std::collections::HashMap;
+
+use mdev_manager::daemon::options::CallOptions;
+use mdev_manager::discovery::names;
+use vgpu_profiles::vendor::{
+    self, CreatableVgpuType, GvtDescription, MbochsDescription, MdevTypeAttributes, MdevTypeInfo,
+    MdpyDescription, MigGpuInstance, MigGpuInstanceProfile, MigPlacements, MigProfileName,
+    MigProfileTable, NvidiaDescription, NvidiaTypeName, OfferedType, TypeDescription,
+};
+use zbus::wire::serialized::{Context, Data};
+use zbus::wire::{OwnedVariant, LE};
+
+/// A fuzz target: its name (the `fuzz/fuzz_targets/<name>.rs` file and the
+/// `fuzz/corpus/<name>/` directory) and its entry point.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// Target name.
+    pub name: &'static str,
+    /// Entry point.
+    pub run: fn(&[u8]),
+}
+
+/// Every fuzz target.
+pub const TARGETS: [Target; 5] = [
+    Target {
+        name: "domain_xml",
+        run: domain_xml,
+    },
+    Target {
+        name: "profile_toml",
+        run: profile_toml,
+    },
+    Target {
+        name: "vendor_parsers",
+        run: vendor_parsers,
+    },
+    Target {
+        name: "mdevctl_json",
+        run: mdevctl_json,
+    },
+    Target {
+        name: "dbus_options",
+        run: dbus_options,
+    },
+];
+
+/// The libvirt hook's stdin: a domain XML into a claim plan.
+pub fn domain_xml(data: &[u8]) {
+    let _ = libvirt_hooks::scan::may_hold_vgpus(data);
+    if let Ok(plan) = libvirt_hooks::plan::plan_from_xml(data) {
+        let _ = plan.declares_vgpus();
+        let _ = plan.is_empty();
+        let _ = format!("{plan:?}");
+    }
+}
+
+/// A profile file from `/etc/mdev-manager/profiles.d`, alone and as a catalog override. A
+/// profile that parses must render to TOML that parses back to the same profile.
+pub fn profile_toml(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(profiles) = vgpu_profiles::profile::parse_profiles("fuzz.toml", text) {
+        for profile in &profiles {
+            let rendered = profile.to_toml();
+            let reparsed = vgpu_profiles::profile::parse_profiles("rendered.toml", &rendered)
+                .unwrap_or_else(|e| panic!("rendered profile does not parse: {e}\n{rendered}"));
+            let mut back = reparsed
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| panic!("rendered profile vanished:\n{rendered}"));
+            // Where a profile came from is not part of its TOML.
+            back.origin = profile.origin.clone();
+            assert_eq!(
+                &back, profile,
+                "profile changed through to_toml:\n{rendered}"
+            );
+        }
+    }
+    let _ = vgpu_profiles::Catalog::with_overrides(&[("fuzz.toml", text)]);
+    let (catalog, _) =
+        vgpu_profiles::Catalog::with_overrides_skipping_errors(&[("fuzz.toml", text)]);
+    let _ = catalog.render_table();
+}
+
+/// Every parser of what vendor drivers show in sysfs and `nvidia-smi`. The first byte picks
+/// the parser; the rest is the text (fields separated by NUL where a parser takes several).
+pub fn vendor_parsers(data: &[u8]) {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(rest);
+    let text = text.as_ref();
+    match selector % 14 {
+        0 => {
+            let _ = NvidiaDescription::parse(text);
+        }
+        1 => {
+            let _ = GvtDescription::parse(text).map(|g| g.graphics_memory_bytes());
+        }
+        2 => {
+            let _ = MbochsDescription::parse(text);
+        }
+        3 => {
+            let _ = MdpyDescription::parse(text);
+        }
+        4 => {
+            let _ = NvidiaTypeName::parse(text);
+        }
+        5 => {
+            if let Ok(list) = CreatableVgpuType::parse_list(text) {
+                for entry in &list {
+                    let _ = OfferedType::from_creatable(entry);
+                }
+            }
+        }
+        6 => {
+            let _ = MigGpuInstanceProfile::parse_table(text);
+        }
+        7 => {
+            let _ = MigPlacements::parse_list(text);
+        }
+        8 => {
+            let _ = MigGpuInstance::parse_table(text);
+        }
+        9 => {
+            let (lgip, lgipp) = text.split_once('\0').unwrap_or((text, text));
+            if let Ok(table) = MigProfileTable::parse(lgip, lgipp) {
+                let _ = table.memory_slices(0);
+                let _ = table.placements_of(0, 0);
+            }
+        }
+        10 => {
+            let _ = MigProfileName::parse(text);
+            let _ = vendor::Resolution::parse(text);
+        }
+        11 => {
+            let _ = TypeDescription::parse(Some(text));
+        }
+        12 => {
+            let _ = vendor::parse_type_id(text);
+            let _ = vendor::parse_type_name(text);
+            let _ = vendor::parse_available_instances(text);
+            let _ = vendor::parse_device_api(text);
+        }
+        _ => {
+            // A whole type directory: id, name, description, available_instances, device_api.
+            let mut fields = text.split('\0');
+            let type_id = fields.next().unwrap_or("");
+            let name = fields.next();
+            let description = fields.next();
+            let available_instances = fields.next().unwrap_or("1\n");
+            let device_api = fields.next().unwrap_or("vfio-pci\n");
+            let attrs = MdevTypeAttributes {
+                type_id,
+                name,
+                description,
+                available_instances,
+                device_api,
+            };
+            if let Ok(info) = MdevTypeInfo::parse(&attrs) {
+                assert!(
+                    names::check_sysfs_name("mdev type", &info.type_id).is_ok(),
+                    "parse_type_id accepted a type id that is no sysfs name: {:?}",
+                    info.type_id
+                );
+                let _ = info.display_name();
+                let _ = OfferedType::from_mdev(&info);
+            }
+        }
+    }
+}
+
+/// An mdevctl definition file (`/etc/mdevctl.d/<parent>/<uuid>`) as `vgpuctl import` reads it.
+/// What it accepts becomes sysfs writes, so no accepted name may leave its directory and no
+/// accepted value may carry a second line.
+pub fn mdevctl_json(data: &[u8]) {
+    let Ok(definition) = mdev_manager::import::parse_definition("fuzz.json", data) else {
+        return;
+    };
+    assert_safe_name("mdev type", &definition.type_id);
+    for (name, value) in &definition.attributes {
+        for part in name.split('/') {
+            assert_safe_name("attribute", part);
+        }
+        assert!(
+            !value.bytes().any(|b| b == b'\n' || b == b'\r' || b == 0),
+            "attribute {name} accepted with a multi-line value {value:?}"
+        );
+    }
+}
+
+/// The keys a D-Bus caller controls: an `a{sv}` as the bus delivers it (little-endian wire
+/// format), checked as each mutating method checks its options, then the values validated
+/// the way the engine validates names before any write.
+pub fn dbus_options(data: &[u8]) {
+    let Some((&selector, body)) = data.split_first() else {
+        return;
+    };
+    let bytes = Data::new(body, Context::new(LE, 0));
+    let Ok((values, _)) = bytes.deserialize::<HashMap<String, OwnedVariant>>() else {
+        return;
+    };
+    // The accepted keys of the daemon's methods (see daemon/interfaces.rs).
+    const METHODS: [(&str, &[&str]); 5] = [
+        (
+            "CreateInstances",
+            &["parent", "uuid", "count", "autostart", "weight"],
+        ),
+        ("Destroy", &["force"]),
+        ("SetNumVfs", &["force"]),
+        (
+            "PrepareDomain device",
+            &["kind", "uuid", "profile", "parent", "weight", "pci_address"],
+        ),
+        ("Rescan", &[]),
+    ];
+    let (method, allowed) = METHODS[usize::from(selector) % METHODS.len()];
+    let Ok(options) = CallOptions::parse(method, values, allowed) else {
+        return;
+    };
+    let _ = options.no_user_interaction();
+    for key in allowed {
+        let _ = options.boolean(key);
+        let _ = options.unsigned(key);
+        if let Ok(Some(value)) = options.string(key) {
+            if let Ok(uuid) = names::parse_uuid(&value) {
+                assert_safe_name("uuid", &uuid.to_string());
+            }
+            if let Ok(address) = value.parse::<names::PciAddress>() {
+                assert_safe_name("pci address", &address.to_string());
+            }
+            if let Ok(name) = names::check_sysfs_name("parent", &value) {
+                assert_safe_name("parent", name);
+            }
+            if let Ok(value) = names::check_sysfs_value(key, &value) {
+                assert!(!value.contains('\n'), "{key} accepted with a newline");
+            }
+        }
+    }
+}
+
+fn assert_safe_name(what: &str, name: &str) {
+    assert!(
+        !name.is_empty()
+            && name != "."
+            && name != ".."
+            && !name.bytes().any(|b| b == b'/' || b == b'\n' || b == 0),
+        "{what} {name:?} accepted but it would escape or break a sysfs path"
+    );
+}
