@@ -561,6 +561,9 @@ pub struct Engine {
     pub(crate) profiles: RwLock<profiles::ProfileSet>,
 }
 
+/// How often a profile is placed again when its chosen parent filled up meanwhile.
+const PLACEMENT_ATTEMPTS: u32 = 3;
+
 /// Locks a mutex, taking the data even if a panicking thread poisoned it: every critical
 /// section leaves the data consistent before anything that can panic.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -590,7 +593,7 @@ impl Engine {
         config: EngineConfig,
     ) -> Result<Self, EngineError> {
         let state = state::load(files.as_ref(), &config.state_dir)?;
-        let profiles = profiles::ProfileSet::load(files.as_ref(), &config.profiles_dir)?;
+        let profiles = profiles::ProfileSet::load(files.as_ref(), &config.profiles_dir, false)?;
         let writer = BoundedWriter::new(Arc::clone(&host), config.write_timeout);
         Ok(Self {
             host: Host { fs: host, writer },
@@ -1135,7 +1138,8 @@ impl Engine {
 
     /// Re-reads the profiles directory. Returns how many profiles are loaded.
     pub fn reload_profiles(&self) -> Result<usize, EngineError> {
-        let loaded = profiles::ProfileSet::load(self.files.as_ref(), &self.config.profiles_dir)?;
+        let loaded =
+            profiles::ProfileSet::load(self.files.as_ref(), &self.config.profiles_dir, true)?;
         let count = loaded.len();
         *self
             .profiles
@@ -1347,50 +1351,78 @@ impl Engine {
                 uuid: key.clone(),
             }
         };
-        let (target, profile) = match &request.target {
-            CreateTarget::Profile { profile, parent } => (
-                self.resolve_profile(profile, parent.as_deref())?,
-                Some(profile.clone()),
-            ),
-            other => (other.clone(), None),
+        // A placement is computed before the parent's lock is taken; if another request took
+        // the capacity meanwhile, place again (a pinned parent has nowhere else to go).
+        let attempts = match &request.target {
+            CreateTarget::Profile { parent: None, .. } => PLACEMENT_ATTEMPTS,
+            _ => 1,
         };
-        let mut record = InstanceRecord {
-            uuid: key.clone(),
-            kind: InstanceKind::Mdev,
-            parent: String::new(),
-            type_id: String::new(),
-            profile,
-            owner: Owner::CreatedByUs,
-            autostart: request.autostart,
-            persistent: request.persistent || request.autostart,
-            claim,
-            scheduling: request.scheduling,
-            attributes: request.attributes.clone(),
-            vf: None,
-            previous_driver: None,
-        };
-        match &target {
+        let mut attempt = 1;
+        loop {
+            let mut scheduling = request.scheduling;
+            let (target, profile) = match &request.target {
+                CreateTarget::Profile { profile, parent } => {
+                    let resolved = self.resolve_profile(profile, parent.as_deref())?;
+                    scheduling.weight = scheduling.weight.or(Some(resolved.default_weight));
+                    (resolved.target, Some(profile.clone()))
+                }
+                other => (other.clone(), None),
+            };
+            let record = InstanceRecord {
+                uuid: key.clone(),
+                kind: InstanceKind::Mdev,
+                parent: String::new(),
+                type_id: String::new(),
+                profile,
+                owner: Owner::CreatedByUs,
+                autostart: request.autostart,
+                persistent: request.persistent || request.autostart,
+                claim: claim.clone(),
+                scheduling,
+                attributes: request.attributes.clone(),
+                vf: None,
+                previous_driver: None,
+            };
+            match self.create_target(&target, &uuid, record, &request.attributes) {
+                Err(error) if error.kind() == ErrorKind::NoCapacity && attempt < attempts => {
+                    attempt += 1
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Creates the device of a resolved target and records it (the reservation of `uuid` is
+    /// held by the caller).
+    fn create_target(
+        &self,
+        target: &CreateTarget,
+        uuid: &uuid::Uuid,
+        mut record: InstanceRecord,
+        attributes: &[(String, String)],
+    ) -> Result<InstanceRecord, EngineError> {
+        let key = uuid.to_string();
+        match target {
             CreateTarget::Mdev { parent, type_id } => {
                 names::check_sysfs_name("parent", parent)?;
                 names::check_sysfs_name("mdev type", type_id)?;
                 self.wait_for_path(parent, &layout::mdev_parent(parent), None)?;
                 let parent_lock = self.parent_lock(parent);
                 let _serialized = lock(&parent_lock);
-                if self.fs().exists(&layout::mdev_device(&uuid)) {
+                if self.fs().exists(&layout::mdev_device(uuid)) {
                     return Err(EngineError::AlreadyExists { uuid: key });
                 }
                 self.check_capacity(parent, type_id)?;
-                self.host
-                    .create_mdev(parent, type_id, &uuid, &request.attributes)?;
+                self.host.create_mdev(parent, type_id, uuid, attributes)?;
                 record.parent = parent.clone();
                 record.type_id = type_id.clone();
                 self.commit_new(&record)?;
             }
             CreateTarget::Vf { pf, vf } => {
-                if !request.attributes.is_empty() {
+                if !attributes.is_empty() {
                     return Err(EngineError::InvalidArgument {
                         what: "attributes",
-                        value: format!("{:?}", request.attributes),
+                        value: format!("{attributes:?}"),
                         reason: "a VF bound to vfio-pci takes no vendor attributes".into(),
                     });
                 }
@@ -1418,7 +1450,7 @@ impl Engine {
                 record.parent = pf.to_string();
                 record.type_id = type_id.to_string();
                 record.vf = Some(vf);
-                if let Err(error) = self.write_vf_attributes(vf, &request.attributes) {
+                if let Err(error) = self.write_vf_attributes(vf, attributes) {
                     let rollback = self
                         .host
                         .clear_nvidia_vgpu(vf)
@@ -1544,16 +1576,21 @@ impl Engine {
         &self,
         profile: &str,
         parent: Option<&str>,
-    ) -> Result<CreateTarget, EngineError> {
+    ) -> Result<profiles::Resolved, EngineError> {
         if let Some(parent) = parent {
             names::check_sysfs_name("parent", parent)?;
         }
         let inventory = self.inventory()?;
+        let taken: Vec<PciAddress> = lock(&self.state)
+            .instances
+            .values()
+            .filter_map(|r| r.vf)
+            .collect();
         let profiles = self
             .profiles
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        profiles.resolve(profile, parent, &inventory)
+        profiles.resolve(profile, parent, &inventory, &taken)
     }
 }
 
@@ -1621,3 +1658,6 @@ pub(crate) fn unmanaged_info(mdev: &MdevDevice) -> InstanceInfo {
         sysfs_path: Path::new(layout::MDEV_DEVICES).join(&mdev.uuid),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -20,6 +20,9 @@ use crate::host::HostFs;
 /// The driver VFs are bound to for assignment.
 pub const VFIO_PCI: &str = "vfio-pci";
 
+/// The NVIDIA host driver, whose SR-IOV VFs carry vGPUs while bound to it.
+pub const NVIDIA_DRIVER: &str = "nvidia";
+
 /// How many writes may stay blocked in the kernel before new blocking writes are refused.
 pub const MAX_STUCK_WRITES: usize = 4;
 
@@ -218,7 +221,16 @@ impl Host {
         }
         let autoprobe = dir.join("sriov_drivers_autoprobe");
         if self.fs.exists(&autoprobe) {
-            self.write(&autoprobe, "0")?;
+            // VFs are handed to guests through vfio-pci, so no host driver should grab them,
+            // except on NVIDIA SR-IOV vGPU PFs: there the VFs must be probed by `nvidia` to
+            // get their `nvidia/current_vgpu_type` files.
+            let pf_driver = discovery::link_target_name(self.fs.as_ref(), &dir.join("driver"));
+            let value = if pf_driver.as_deref() == Some(NVIDIA_DRIVER) {
+                "1"
+            } else {
+                "0"
+            };
+            self.write(&autoprobe, value)?;
         }
         let numvfs = dir.join("sriov_numvfs");
         if current > 0 {

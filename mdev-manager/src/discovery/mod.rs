@@ -69,6 +69,8 @@ pub struct PciFunction {
     pub vendor_id: Option<u16>,
     /// `device`.
     pub device_id: Option<u16>,
+    /// `class` (24-bit class code, e.g. 0x030200 for a 3D controller).
+    pub class: Option<u32>,
     /// The bound driver's name (`driver` link), if any.
     pub driver: Option<String>,
     /// `driver_override`, if set.
@@ -243,6 +245,10 @@ pub fn read_pci_function(host: &dyn HostFs, address: PciAddress) -> PciFunction 
         device_id: read_optional(host, &dir.join("device"))
             .as_deref()
             .and_then(parse_hex_u16),
+        class: read_optional(host, &dir.join("class")).and_then(|text| {
+            let text = text.trim();
+            u32::from_str_radix(text.strip_prefix("0x").unwrap_or(text), 16).ok()
+        }),
         driver: link_target_name(host, &dir.join("driver")),
         driver_override,
         iommu_group: iommu_group_of(host, &dir),
@@ -473,3 +479,6 @@ pub fn physfn_of(host: &dyn HostFs, vf: PciAddress) -> Option<PciAddress> {
         .parse()
         .ok()
 }
+
+#[cfg(test)]
+mod tests;

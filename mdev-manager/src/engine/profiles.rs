@@ -1,42 +1,288 @@
-//! Profiles as the engine uses them: loaded from the profiles directory with `vgpu-profiles`,
-//! resolved against the discovered inventory into a concrete [`CreateTarget`].
+//! Profiles as the engine uses them: the `vgpu-profiles` catalog (built-in profiles plus the
+//! `*.toml` files of the profiles directory), resolved against the discovered inventory into a
+//! concrete [`CreateTarget`] by `vgpu-profiles`' placement.
 
 use std::path::Path;
 
+use vgpu_profiles::placement::{place, ExistingInstance, ParentState, PlacementOptions};
+use vgpu_profiles::vendor::{Isolation, OfferedType, PciIdentity, TypeSource};
+use vgpu_profiles::Catalog;
+
 use super::{CreateTarget, EngineError, Inventory, ProfileSummary};
+use crate::discovery::{PciFunction, SriovPf};
 use crate::state::StateFiles;
 
 /// The loaded profiles.
 #[derive(Debug, Default)]
 pub(crate) struct ProfileSet {
-    summaries: Vec<ProfileSummary>,
+    catalog: Catalog,
+}
+
+/// What a profile resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    /// What to create.
+    pub target: CreateTarget,
+    /// The profile's default scheduling weight.
+    pub default_weight: u32,
 }
 
 impl ProfileSet {
-    /// Loads the profiles directory.
-    pub(crate) fn load(files: &dyn StateFiles, dir: &Path) -> Result<Self, EngineError> {
-        let _ = (files, dir);
-        Ok(Self::default())
+    /// Loads the built-in catalog plus the directory's `*.toml` files (sorted by name; later
+    /// files override earlier ones). With `strict`, the first bad file is an error naming it;
+    /// otherwise bad files are skipped with a warning so the service still starts.
+    pub(crate) fn load(
+        files: &dyn StateFiles,
+        dir: &Path,
+        strict: bool,
+    ) -> Result<Self, EngineError> {
+        let listing = files.list(dir).map_err(|error| EngineError::Profile {
+            profile: dir.display().to_string(),
+            reason: format!("cannot list the profiles directory: {error}"),
+        })?;
+        let mut names: Vec<String> = listing
+            .into_iter()
+            .filter_map(|name| name.into_string().ok())
+            .filter(|name| name.ends_with(".toml") && !name.starts_with('.'))
+            .collect();
+        names.sort();
+        let mut texts: Vec<(String, String)> = Vec::new();
+        for name in names {
+            let path = dir.join(&name);
+            let shown = path.display().to_string();
+            match files.read(&path) {
+                Ok(Some(data)) => match String::from_utf8(data) {
+                    Ok(text) => texts.push((shown, text)),
+                    Err(_) if strict => {
+                        return Err(EngineError::Profile {
+                            profile: shown,
+                            reason: "not UTF-8 text".into(),
+                        })
+                    }
+                    Err(_) => {
+                        tracing::warn!(file = %shown, "profile file is not UTF-8 text; skipped")
+                    }
+                },
+                Ok(None) => {}
+                Err(error) if strict => {
+                    return Err(EngineError::Profile {
+                        profile: shown,
+                        reason: format!("cannot read: {error}"),
+                    })
+                }
+                Err(error) => {
+                    tracing::warn!(file = %shown, %error, "cannot read profile file; skipped")
+                }
+            }
+        }
+        let borrowed: Vec<(&str, &str)> = texts
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        let catalog = if strict {
+            Catalog::with_overrides(&borrowed).map_err(|error| EngineError::Profile {
+                profile: dir.display().to_string(),
+                reason: error.to_string(),
+            })?
+        } else {
+            let (catalog, errors) = Catalog::with_overrides_skipping_errors(&borrowed);
+            for error in errors {
+                tracing::warn!(%error, "profile file skipped");
+            }
+            catalog
+        };
+        Ok(Self { catalog })
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.summaries.len()
+        self.catalog.len()
     }
 
     pub(crate) fn summaries(&self) -> Vec<ProfileSummary> {
-        self.summaries.clone()
+        self.catalog
+            .iter()
+            .map(|profile| ProfileSummary {
+                name: profile.name.to_string(),
+                description: Some(profile.description.clone()).filter(|d| !d.is_empty()),
+            })
+            .collect()
     }
 
-    /// Resolves `profile` (optionally pinned to `parent`) into what to create.
+    /// Resolves `profile` (optionally pinned to `parent`) into what to create, by placing it
+    /// over every parent of the inventory (`taken_vfs` are VFs the manager already uses).
     pub(crate) fn resolve(
         &self,
-        profile: &str,
+        profile_name: &str,
         parent: Option<&str>,
         inventory: &Inventory,
-    ) -> Result<CreateTarget, EngineError> {
-        let _ = (parent, inventory);
-        Err(EngineError::UnknownProfile {
-            profile: profile.to_owned(),
+        taken_vfs: &[crate::discovery::names::PciAddress],
+    ) -> Result<Resolved, EngineError> {
+        let profile =
+            self.catalog
+                .get(profile_name)
+                .ok_or_else(|| EngineError::UnknownProfile {
+                    profile: profile_name.to_owned(),
+                })?;
+        let mut parents = mdev_parent_states(inventory);
+        for pf in &inventory.sriov_pfs {
+            if let Some(state) = sriov_parent_state(pf, taken_vfs) {
+                parents.push(state);
+            }
+        }
+        if let Some(parent) = parent {
+            if !parents.iter().any(|p| p.address == parent) {
+                return Err(EngineError::UnknownParent {
+                    parent: parent.to_owned(),
+                });
+            }
+        }
+        let options = PlacementOptions {
+            parent: parent.map(str::to_owned),
+            ..PlacementOptions::default()
+        };
+        let placement =
+            place(profile, &parents, &options).map_err(|error| EngineError::NoCapacity {
+                what: format!("profile {profile_name}"),
+                detail: error.to_string(),
+            })?;
+        let target = match placement.offered.source {
+            TypeSource::Mdev { type_id } => CreateTarget::Mdev {
+                parent: placement.parent,
+                type_id,
+            },
+            TypeSource::NvidiaVf { type_id } => CreateTarget::NvidiaVf {
+                pf: placement.parent,
+                type_id,
+            },
+            TypeSource::WholeVf => CreateTarget::Vf {
+                pf: placement.parent,
+                vf: Some(placement.offered.id),
+            },
+            TypeSource::WholeDevice => {
+                return Err(EngineError::NotSupported {
+                    what: format!("profile {profile_name}"),
+                    reason: "whole-device passthrough is not created by the manager".into(),
+                })
+            }
+        };
+        Ok(Resolved {
+            target,
+            default_weight: profile.default_weight().get(),
         })
     }
+}
+
+fn numa_of(pci: Option<&PciFunction>) -> Option<u32> {
+    pci.and_then(|p| p.numa_node)
+        .and_then(|node| u32::try_from(node).ok())
+}
+
+fn mdev_parent_states(inventory: &Inventory) -> Vec<ParentState> {
+    inventory
+        .mdev_parents
+        .iter()
+        .map(|parent| {
+            let instances = inventory
+                .mdevs
+                .iter()
+                .filter(|m| m.parent == parent.name)
+                .map(|m| ExistingInstance {
+                    type_id: m.type_id.clone(),
+                    type_name: parent
+                        .types
+                        .iter()
+                        .find(|t| t.id == m.type_id)
+                        .and_then(|t| t.name.clone()),
+                })
+                .collect();
+            ParentState {
+                address: parent.name.clone(),
+                numa_node: numa_of(parent.pci.as_ref()),
+                offered: parent
+                    .types
+                    .iter()
+                    .filter_map(|t| t.offered.clone())
+                    .collect(),
+                instances,
+                nvidia_mixed_mode: false,
+            }
+        })
+        .collect()
+}
+
+/// A PF as placement sees it: NVIDIA SR-IOV vGPU types offered by its free VFs, or its free
+/// VFs as whole functions (AMD MxGPU and other SR-IOV devices the profile matches).
+fn sriov_parent_state(
+    pf: &SriovPf,
+    taken_vfs: &[crate::discovery::names::PciAddress],
+) -> Option<ParentState> {
+    let address = pf.function.address.to_string();
+    let is_free = |vf: &&crate::discovery::VirtualFunction| {
+        !taken_vfs.contains(&vf.function.address)
+            && vf.function.driver.as_deref() != Some(crate::lifecycle::VFIO_PCI)
+            && vf.nvidia.as_ref().is_none_or(|nv| nv.current_type == 0)
+    };
+    let mut instances = Vec::new();
+    let mut offered: Vec<OfferedType> = Vec::new();
+    if pf.vfs.iter().any(|vf| vf.nvidia.is_some()) {
+        for vf in &pf.vfs {
+            let Some(nvidia) = &vf.nvidia else { continue };
+            if nvidia.current_type != 0 {
+                let name = nvidia
+                    .creatable
+                    .iter()
+                    .find(|t| t.id == nvidia.current_type)
+                    .map(|t| t.name.clone());
+                instances.push(ExistingInstance {
+                    type_id: nvidia.current_type.to_string(),
+                    type_name: name,
+                });
+            }
+            if !is_free(&vf) {
+                continue;
+            }
+            for creatable in &nvidia.creatable {
+                match offered
+                    .iter_mut()
+                    .find(|o| o.id == creatable.id.to_string())
+                {
+                    Some(existing) => existing.available_instances += 1,
+                    None => offered.push(OfferedType::from_creatable(creatable)),
+                }
+            }
+        }
+    } else {
+        // Whole VFs: each free VF is offered as itself; the profile's device match (vendor,
+        // class, ...) is checked by resolution against its PCI identity.
+        for vf in &pf.vfs {
+            if !is_free(&vf) {
+                instances.push(ExistingInstance {
+                    type_id: vf.function.address.to_string(),
+                    type_name: None,
+                });
+                continue;
+            }
+            let identity = PciIdentity {
+                address: vf.function.address.to_string(),
+                vendor_id: vf.function.vendor_id.or(pf.function.vendor_id).unwrap_or(0),
+                device_id: vf.function.device_id.or(pf.vf_device_id).unwrap_or(0),
+                class_code: vf.function.class.or(pf.function.class).unwrap_or(0),
+            };
+            let name = format!("VF {} of {address}", vf.function.address);
+            offered.push(OfferedType::whole_function(
+                identity,
+                &name,
+                Isolation::WholeVf,
+                None,
+                true,
+            ));
+        }
+    }
+    Some(ParentState {
+        address,
+        numa_node: numa_of(Some(&pf.function)),
+        offered,
+        instances,
+        nvidia_mixed_mode: false,
+    })
 }
