@@ -411,3 +411,58 @@ fn catalog_golden_toml_and_round_trip() {
         assert_eq!(again.to_toml(), original.to_toml());
     }
 }
+
+mod never_panics {
+    use proptest::prelude::*;
+    use vgpu_profiles::profile::{parse_profiles, ByteSize, NamePattern};
+    use vgpu_profiles::{Catalog, ProfileName};
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn on_arbitrary_text(text in "\\PC{0,300}") {
+            let _ = parse_profiles("fuzz.toml", &text);
+            let _ = ProfileName::new(&text);
+            let _ = ByteSize::parse(&text);
+            if let Ok(pattern) = NamePattern::new(&text) {
+                let _ = pattern.matches(&text);
+                let _ = pattern.matches("NVIDIA H200X-1-18C");
+            }
+        }
+
+        #[test]
+        fn on_profile_shaped_text(
+            lines in proptest::collection::vec(
+                prop_oneof![
+                    Just("[[profile]]".to_owned()),
+                    Just("[profile.compute]".to_owned()),
+                    Just("[profile.pin]".to_owned()),
+                    Just("[profile.device]".to_owned()),
+                    Just("[profile.display]".to_owned()),
+                    "(name|description|vendor|framebuffer|isolation|weight|min_share|max_share|type_id|name_pattern|vendor_id|class|pci_address|heads|max_resolution|ramfb|bogus) = (\"[a-z0-9*:. -]{0,12}\"|[0-9]{1,6}|true)",
+                ],
+                0..16,
+            ),
+            pattern in "[A-Za-z0-9*-]{1,12}",
+            name in "[A-Za-z0-9 -]{0,16}",
+        ) {
+            let text = lines.join("\n");
+            match parse_profiles("fuzz.toml", &text) {
+                Ok(profiles) => {
+                    // Whatever parses also loads as an override and renders back.
+                    let catalog = Catalog::with_overrides(&[("fuzz.toml", &text)]).unwrap();
+                    for p in &profiles {
+                        prop_assert!(catalog.get(p.name.as_str()).is_some());
+                        let again = parse_profiles("again.toml", &p.to_toml()).unwrap();
+                        prop_assert_eq!(again[0].to_toml(), p.to_toml());
+                    }
+                }
+                Err(error) => prop_assert!(error.to_string().starts_with("fuzz.toml, line ")),
+            }
+            if let Ok(p) = NamePattern::new(&pattern) {
+                let _ = p.matches(&name);
+            }
+        }
+    }
+}
