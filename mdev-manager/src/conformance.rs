@@ -802,6 +802,25 @@ fn scenario_remove_held(r: &mut Runner) {
         Outcome::errno(libc::EBUSY),
         Outcome::of(&second),
     );
+    let group = r
+        .host
+        .read_link(&device.join("iommu_group"))
+        .ok()
+        .and_then(|t| {
+            t.file_name()
+                .map(|n| format!("/dev/vfio/{}", n.to_string_lossy()))
+        });
+    let targets = proc_fd_targets(r.host.as_ref());
+    r.check(
+        "a /proc/<pid>/fd link names /dev/vfio/<group>",
+        group.is_some_and(|g| targets.iter().any(|t| *t == g)),
+        libc::ENOENT,
+    );
+    r.check(
+        "a /proc/<pid>/fd link is anon_inode:[vfio-device]",
+        targets.iter().any(|t| t == "anon_inode:[vfio-device]"),
+        libc::ENOENT,
+    );
     r.blocking_write(
         "remove while held",
         &format!("{}/remove", device.display()),
@@ -813,6 +832,30 @@ fn scenario_remove_held(r: &mut Runner) {
         !r.device_exists(&uuid),
         libc::EEXIST,
     );
+}
+
+/// Every `/proc/<pid>/fd/<n>` link target on the host, the way the engine looks for holders.
+fn proc_fd_targets(host: &dyn HostFs) -> Vec<String> {
+    let mut targets = Vec::new();
+    let Ok(entries) = host.list(Path::new("/proc")) else {
+        return targets;
+    };
+    for pid in entries
+        .iter()
+        .filter_map(|e| e.to_str())
+        .filter(|e| e.bytes().all(|b| b.is_ascii_digit()))
+    {
+        let fd_dir = format!("/proc/{pid}/fd");
+        let Ok(fds) = host.list(Path::new(&fd_dir)) else {
+            continue;
+        };
+        for fd in fds {
+            if let Ok(target) = host.read_link(&Path::new(&fd_dir).join(&fd)) {
+                targets.push(target.to_string_lossy().into_owned());
+            }
+        }
+    }
+    targets
 }
 
 /// The first PF with SR-IOV (QEMU's nvme in the VM tier) and its driver.
