@@ -372,13 +372,16 @@ pub struct InstalledFile {
 }
 
 impl InstalledFile {
-    /// Writes `contents` to `path`.
+    /// Writes `contents` to `path` atomically (a watcher such as polkitd never sees a partial
+    /// file).
     pub fn install(path: impl Into<PathBuf>, contents: &[u8]) -> io::Result<Self> {
         let path = path.into();
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(&path, contents)?;
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        std::fs::create_dir_all(dir)?;
+        let temporary = dir.join(format!(".{}.tmp", std::process::id()));
+        std::fs::write(&temporary, contents)?;
+        set_mode(&temporary, 0o644)?;
+        std::fs::rename(&temporary, &path)?;
         Ok(Self { path })
     }
 }

@@ -1,0 +1,163 @@
+//! Authorization with the real polkitd on the private system bus: an unprivileged user is
+//! refused every mutating method with NotAuthorized (and nothing changes), reads stay open,
+//! and a polkit rule granting the actions to a group lets a member through.
+//!
+//! Needs root (it creates users and installs polkit files); the files and users it creates
+//! are removed when it ends.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use dbus_api::path;
+use e2e_tests::bus::{
+    packaging_file, start_polkitd, start_service, vgpuctl, wait_for, InstalledFile, TestBus,
+    TestUser,
+};
+use serde_json::Value;
+
+const ACTIONS_FILE: &str = "/usr/share/polkit-1/actions/org.mdevmanager.vgpu1.policy";
+
+fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "vgpuctl failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+/// Calls every mutating method as `user` (the helper binary prints method → outcome).
+fn call_everything_as(
+    bus: &TestBus,
+    user: &str,
+    instance: &str,
+    parent: &str,
+) -> BTreeMap<String, String> {
+    let output = Command::new("runuser")
+        .args(["-u", user, "--", "env"])
+        .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={}", bus.address()))
+        .arg(env!("CARGO_BIN_EXE_mdev-e2e-client"))
+        .args([instance, parent])
+        .output()
+        .expect("runuser");
+    assert!(
+        output.status.success(),
+        "client helper failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("helper JSON")
+}
+
+#[test]
+fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
+    if !nix_is_root() {
+        panic!("this test needs root (it creates users and installs polkit files)");
+    }
+    // polkitd reads action files only at start, from this fixed directory.
+    let _actions = if Path::new(ACTIONS_FILE).exists() {
+        None
+    } else {
+        let policy = std::fs::read(packaging_file("polkit/org.mdevmanager.vgpu1.policy")).unwrap();
+        Some(InstalledFile::install(ACTIONS_FILE, &policy).expect("install the polkit actions"))
+    };
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _polkitd = start_polkitd(&bus).expect("polkitd");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+
+    // Root created one instance: root is let through whatever polkit says.
+    let created = json(&vgpuctl(&bus, None, &["--json", "create", "nvidia-t4-2q"]));
+    let uuid = created[0]["uuid"].as_str().unwrap().to_string();
+    let instance = path::mdev_instance_path(&uuid).to_string();
+    let h200 = path::parent_path("0000:4b:00.0").to_string();
+
+    let suffix = std::process::id() % 100_000;
+    let outsider = TestUser::create(&format!("mdevout{suffix}"), None).expect("useradd");
+    let group = format!("mdevgrp{suffix}");
+    let member = TestUser::create(&format!("mdevin{suffix}"), Some(&group)).expect("useradd");
+
+    // Every mutating method is NotAuthorized for an ordinary user (no agent, no session).
+    let results = call_everything_as(&bus, &outsider.name, &instance, &h200);
+    assert_eq!(results.len(), 10, "{results:?}");
+    for (method, outcome) in &results {
+        assert_eq!(
+            outcome, "org.mdevmanager.VGpu1.Error.NotAuthorized",
+            "{method} as {}",
+            outsider.name
+        );
+    }
+    // ... and nothing changed.
+    let list = json(&vgpuctl(&bus, None, &["--json", "list"]));
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list[0]["uuid"], uuid.as_str());
+    assert_eq!(list[0]["active"], true);
+
+    // Reads stay open.
+    let list = json(&vgpuctl(&bus, Some(&outsider.name), &["--json", "list"]));
+    assert_eq!(list[0]["uuid"], uuid.as_str());
+    let permissions = json(&vgpuctl(
+        &bus,
+        Some(&outsider.name),
+        &["--json", "permissions"],
+    ));
+    for (action, answer) in permissions.as_object().unwrap() {
+        assert_eq!(answer, "auth", "{action}");
+    }
+    let output = vgpuctl(&bus, Some(&outsider.name), &["destroy", &uuid]);
+    assert_eq!(output.status.code(), Some(5), "not-authorized exit code");
+    assert!(String::from_utf8_lossy(&output.stderr).contains(&uuid));
+
+    // A rule granting the actions to the group; polkitd notices new rule files by itself.
+    let rule = format!(
+        "polkit.addRule(function(action, subject) {{\n  \
+         if (action.id.indexOf(\"org.mdevmanager.vgpu1.\") == 0 && subject.isInGroup(\"{group}\")) {{\n    \
+         return polkit.Result.YES;\n  }}\n}});\n"
+    );
+    let _rule = InstalledFile::install(
+        format!("/etc/polkit-1/rules.d/49-mdev-e2e-{suffix}.rules"),
+        rule.as_bytes(),
+    )
+    .expect("install the rule");
+    wait_for(Duration::from_secs(20), || {
+        let output = vgpuctl(&bus, Some(&member.name), &["--json", "permissions"]);
+        output.status.success()
+            && serde_json::from_slice::<Value>(&output.stdout)
+                .map(|p| p["org.mdevmanager.vgpu1.manage-instances"] == "yes")
+                .unwrap_or(false)
+    })
+    .expect("polkitd picked up the rule");
+
+    let output = vgpuctl(
+        &bus,
+        Some(&member.name),
+        &["--json", "create", "nvidia-t4-2q"],
+    );
+    let theirs = json(&output)[0]["uuid"].as_str().unwrap().to_string();
+    let output = vgpuctl(&bus, Some(&member.name), &["destroy", &theirs, &uuid]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let output = vgpuctl(
+        &bus,
+        Some(&member.name),
+        &["--json", "sriov", "0000:4b:00.0", "--vfs", "2"],
+    );
+    assert_eq!(json(&output)["result"], "done");
+    assert_eq!(
+        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        serde_json::json!([])
+    );
+
+    // The rule is for the group only: the outsider is still refused.
+    let output = vgpuctl(&bus, Some(&outsider.name), &["create", "nvidia-t4-2q"]);
+    assert_eq!(output.status.code(), Some(5));
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
