@@ -1262,3 +1262,85 @@ fn claims_by_profile_create_transient_instances_with_the_requested_uuid() {
     assert!(s.sim.mdev_uuids().is_empty());
     assert!(s.engine.instances().unwrap().is_empty());
 }
+
+/// State files whose atomic writes fail once armed (a full or failing disk), and which keep
+/// only what was durably written: a crash between writes loses nothing that was acknowledged.
+#[derive(Debug)]
+struct FailingFiles {
+    inner: DiskFiles,
+    fail_writes: std::sync::atomic::AtomicBool,
+}
+
+impl StateFiles for FailingFiles {
+    fn read(&self, path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+        self.inner.read(path)
+    }
+    fn write_atomic(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        self.inner.write_atomic(path, data)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+        self.inner.list(dir)
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.remove(path)
+    }
+}
+
+#[test]
+fn a_create_that_cannot_be_recorded_is_undone_on_the_host() {
+    let sim = SimHost::builtin("samples").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let files = Arc::new(FailingFiles {
+        inner: DiskFiles::new(dir.path()),
+        fail_writes: AtomicBool::new(false),
+    });
+    let engine = Engine::new(
+        Arc::new(sim.clone()),
+        Arc::clone(&files) as Arc<dyn StateFiles>,
+        config(),
+    )
+    .unwrap();
+    engine
+        .create(CreateRequest {
+            autostart: true,
+            ..mdev("mtty", "mtty-2", Some(UUID_A))
+        })
+        .unwrap();
+    files
+        .fail_writes
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let error = engine
+        .create(mdev("mtty", "mtty-1", Some(UUID_B)))
+        .unwrap_err();
+    assert!(error.to_string().contains(UUID_B), "{error}");
+    assert_eq!(
+        sim.mdev_uuids(),
+        [UUID_A],
+        "the unrecorded mdev was removed again"
+    );
+    // What was acknowledged before is on disk: a restart (after a crash) still knows it.
+    sim.reboot();
+    let restarted = Engine::new(
+        Arc::new(sim.clone()),
+        Arc::new(DiskFiles::new(dir.path())),
+        config(),
+    )
+    .unwrap();
+    let report = restarted.reconcile().unwrap();
+    assert_eq!(
+        report.actions,
+        vec![ReconcileAction::Recreated {
+            uuid: UUID_A.into()
+        }]
+    );
+}
+
+#[test]
+fn the_engine_can_be_shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Engine>();
+    assert_send_sync::<EngineError>();
+}
