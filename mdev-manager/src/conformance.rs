@@ -813,7 +813,7 @@ fn scenario_remove_held(r: &mut Runner) {
     let targets = proc_fd_targets(r.host.as_ref());
     r.check(
         "a /proc/<pid>/fd link names /dev/vfio/<group>",
-        group.is_some_and(|g| targets.iter().any(|t| *t == g)),
+        group.is_some_and(|g| targets.contains(&g)),
         libc::ENOENT,
     );
     r.check(
