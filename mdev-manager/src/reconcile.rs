@@ -4,6 +4,7 @@
 //! their VFs), then instances: recreate autostart ones, record vanished ones, list unknown ones
 //! without touching them.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use crate::discovery::{self, names, names::PciAddress};
@@ -123,19 +124,34 @@ impl Engine {
 
     fn reconcile_instances(&self, report: &mut ReconcileReport) -> Result<(), EngineError> {
         let records: Vec<InstanceRecord> = lock(&self.state).instances.values().cloned().collect();
+        // A parent that did not come up in time is waited for once per pass, not once per
+        // instance; its autostart instances start when it registers (hotplug).
+        let mut not_ready: HashMap<String, String> = HashMap::new();
         for record in &records {
             if self.is_active(record) {
                 continue;
             }
             if record.autostart {
+                if let Some(error) = not_ready.get(&record.parent) {
+                    report.actions.push(ReconcileAction::RecreateFailed {
+                        uuid: record.uuid.clone(),
+                        error: error.clone(),
+                    });
+                    continue;
+                }
                 match self.start_record(record) {
                     Ok(_) => report.actions.push(ReconcileAction::Recreated {
                         uuid: record.uuid.clone(),
                     }),
-                    Err(error) => report.actions.push(ReconcileAction::RecreateFailed {
-                        uuid: record.uuid.clone(),
-                        error: error.to_string(),
-                    }),
+                    Err(error) => {
+                        if matches!(error, EngineError::ParentNotReady { .. }) {
+                            not_ready.insert(record.parent.clone(), error.to_string());
+                        }
+                        report.actions.push(ReconcileAction::RecreateFailed {
+                            uuid: record.uuid.clone(),
+                            error: error.to_string(),
+                        })
+                    }
                 }
                 continue;
             }

@@ -30,7 +30,7 @@ impl Engine {
         let mut steps: Vec<ClaimStep> = Vec::new();
         let mut claimed_uuids: Vec<String> = Vec::new();
         for (index, device) in devices.iter().enumerate() {
-            match self.claim_one(domain, &domain_uuid, device, &mut steps) {
+            match self.claim_one(domain, &domain_uuid, device, &claimed_uuids, &mut steps) {
                 Ok(uuid) => claimed_uuids.push(uuid),
                 Err(error) => {
                     let rollback_failures = self.undo_claim(steps);
@@ -58,6 +58,7 @@ impl Engine {
         domain: &DomainRef,
         domain_uuid: &str,
         device: &DeviceRequest,
+        already: &[String],
         steps: &mut Vec<ClaimStep>,
     ) -> Result<String, EngineError> {
         let kind = device.kind.as_str();
@@ -109,6 +110,24 @@ impl Engine {
                     uuid: record.uuid.clone(),
                 });
                 return Ok(record.uuid);
+            }
+        }
+        // A profile-only request that this domain already holds an instance of (prepare sent
+        // twice) reuses it instead of taking a second one.
+        if let (None, Some(profile)) = (&uuid, &device.profile) {
+            let reused = lock(&self.state)
+                .instances
+                .values()
+                .find(|r| {
+                    r.profile.as_ref() == Some(profile)
+                        && r.claim
+                            .as_ref()
+                            .is_some_and(|c| c.domain_uuid == domain_uuid)
+                        && !already.contains(&r.uuid)
+                })
+                .map(|r| r.uuid.clone());
+            if let Some(reused) = reused {
+                return Ok(reused);
             }
         }
         let target = match (kind, &device.profile, &device.pci_address) {

@@ -1344,3 +1344,66 @@ fn the_engine_can_be_shared_across_threads() {
     assert_send_sync::<Engine>();
     assert_send_sync::<EngineError>();
 }
+
+#[test]
+fn preparing_a_domain_twice_reuses_its_profile_instances() {
+    let s = setup("samples");
+    let a = domain(DOMAIN_UUID);
+    let wants = [DeviceRequest {
+        kind: "mdev".into(),
+        profile: Some("mtty".into()),
+        ..DeviceRequest::default()
+    }];
+    let first = s.engine.claim_domain(&a, &wants).unwrap();
+    let second = s.engine.claim_domain(&a, &wants).unwrap();
+    assert_eq!(first[0].uuid, second[0].uuid);
+    assert_eq!(s.sim.mdev_uuids().len(), 1);
+}
+
+#[test]
+fn reconcile_reports_instances_whose_parent_is_missing_and_hotplug_starts_them_later() {
+    let s = setup("samples");
+    for uuid in [UUID_A, UUID_B] {
+        s.engine
+            .create(CreateRequest {
+                autostart: true,
+                ..mdev("mtty", "mtty-1", Some(uuid))
+            })
+            .unwrap();
+    }
+    s.sim.reboot();
+    s.sim.unload_module("mtty").unwrap();
+    let engine = open(&s.sim, s.dir.path());
+    let report = engine.reconcile().unwrap();
+    assert_eq!(report.actions.len(), 2, "{report:?}");
+    for action in &report.actions {
+        let ReconcileAction::RecreateFailed { error, .. } = action else {
+            panic!("{action:?}")
+        };
+        assert!(
+            error.contains("mtty") && error.contains("did not appear"),
+            "{error}"
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = engine.spawn_hotplug(Box::new(SimEvents(s.sim.subscribe())), Arc::clone(&stop));
+    let events = engine.subscribe();
+    s.sim.load_module("mtty").unwrap();
+    assert!(wait_for(
+        &events,
+        &EngineEvent::ParentAdded {
+            parent: "mtty".into()
+        }
+    ));
+    for _ in 0..500 {
+        if s.sim.mdev_uuids().len() == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut live = s.sim.mdev_uuids();
+    live.sort();
+    assert_eq!(live, [UUID_B, UUID_A]);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    thread.join().unwrap();
+}
