@@ -1,0 +1,427 @@
+//! mdev parents, their types' capacity, and instances (`drivers/vfio/mdev`).
+
+use super::*;
+
+impl World {
+    // ----- mdev parents -----
+
+    pub(super) fn parent_dir(&self, spec: &MdevParentSpec) -> Option<String> {
+        match (&spec.virtual_device, &spec.pci) {
+            (Some(path), _) => Some(format!("/sys/devices/virtual/{path}")),
+            (None, Some(bdf)) => self.pci.get(bdf).map(|p| p.dir.clone()),
+            (None, None) => None,
+        }
+    }
+
+    pub(super) fn register_parent(&mut self, spec: MdevParentSpec) {
+        if self.parents.contains_key(&spec.name) {
+            return;
+        }
+        // A GPU's vendor module registers the parent only for a function its PCI driver has
+        // bound (nvidia_vgpu_vfio on nvidia, kvmgt on i915).
+        if let Some(bdf) = &spec.pci {
+            if self.pci.get(bdf).is_none_or(|p| p.driver.is_none()) {
+                return;
+            }
+        }
+        let Some(dir) = self.parent_dir(&spec) else {
+            return;
+        };
+        let is_virtual = spec.virtual_device.is_some();
+        if is_virtual {
+            self.tree.mkdir_p(&dir);
+            let subsystem = spec
+                .virtual_device
+                .as_deref()
+                .and_then(|p| p.split('/').next())
+                .unwrap_or("virtual")
+                .to_string();
+            self.tree
+                .add_relative_link(&join(&dir, "subsystem"), &format!("/sys/class/{subsystem}"));
+            self.tree.mkdir_p(&format!("/sys/class/{subsystem}"));
+            self.tree
+                .add_relative_link(&format!("/sys/class/{subsystem}/{}", spec.name), &dir);
+            self.emit(UeventAction::Add, &dir, &subsystem, &[]);
+        }
+        for mdev_type in &spec.types {
+            let full = format!("{}-{}", spec.type_prefix, mdev_type.id);
+            let type_dir = format!("{dir}/mdev_supported_types/{full}");
+            self.tree.mkdir_p(&join(&type_dir, "devices"));
+            self.tree.add_file(
+                &join(&type_dir, "create"),
+                Attr::Create {
+                    parent: spec.name.clone(),
+                    type_id: mdev_type.id.clone(),
+                },
+            );
+            self.tree.add_file(
+                &join(&type_dir, "available_instances"),
+                Attr::Available {
+                    parent: spec.name.clone(),
+                    type_id: mdev_type.id.clone(),
+                },
+            );
+            self.tree.add_file(
+                &join(&type_dir, "device_api"),
+                Attr::Const(format!("{}\n", mdev_type.device_api)),
+            );
+            let name = mdev_type
+                .name
+                .clone()
+                .unwrap_or_else(|| mdev_type.id.clone());
+            self.tree
+                .add_file(&join(&type_dir, "name"), Attr::Const(format!("{name}\n")));
+            if let Some(description) = &mdev_type.description {
+                self.tree.add_file(
+                    &join(&type_dir, "description"),
+                    Attr::Const(format!("{description}\n")),
+                );
+            }
+        }
+        self.tree
+            .add_relative_link(&join(SYS_MDEV_BUS, &spec.name), &dir);
+        self.tree
+            .mkdir_p(&join(SYS_MDEV_DRIVERS, &spec.mdev_driver));
+        let subsystem = if is_virtual {
+            spec.virtual_device
+                .as_deref()
+                .and_then(|p| p.split('/').next())
+                .unwrap_or("virtual")
+                .to_string()
+        } else {
+            "pci".to_string()
+        };
+        self.emit(
+            UeventAction::Change,
+            &dir,
+            &subsystem,
+            &[("MDEV_STATE", "registered".to_string())],
+        );
+        self.parents.insert(spec.name.clone(), Parent { spec, dir });
+    }
+
+    pub(super) fn unregister_parent(&mut self, name: &str) {
+        let Some(parent) = self.parents.remove(name) else {
+            return;
+        };
+        let is_virtual = parent.spec.virtual_device.is_some();
+        let subsystem = if is_virtual {
+            parent
+                .spec
+                .virtual_device
+                .as_deref()
+                .and_then(|p| p.split('/').next())
+                .unwrap_or("virtual")
+                .to_string()
+        } else {
+            "pci".to_string()
+        };
+        self.emit(
+            UeventAction::Change,
+            &parent.dir,
+            &subsystem,
+            &[("MDEV_STATE", "unregistered".to_string())],
+        );
+        self.tree.remove(&join(SYS_MDEV_BUS, name));
+        let uuids: Vec<String> = self
+            .mdevs
+            .iter()
+            .filter(|(_, m)| m.parent == name)
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uuid in uuids {
+            self.remove_mdev_now(&uuid);
+        }
+        self.tree.remove(&join(&parent.dir, "mdev_supported_types"));
+        let driver_in_use = self
+            .parents
+            .values()
+            .any(|p| p.spec.mdev_driver == parent.spec.mdev_driver);
+        if !driver_in_use {
+            self.tree
+                .remove(&join(SYS_MDEV_DRIVERS, &parent.spec.mdev_driver));
+        }
+        if is_virtual {
+            self.tree.remove(&parent.dir);
+            self.tree.remove(&format!("/sys/class/{subsystem}/{name}"));
+            self.tree
+                .prune_empty(&format!("/sys/class/{subsystem}"), "/sys/class");
+            if let Some((upper, _)) = parent.dir.rsplit_once('/') {
+                self.tree.prune_empty(upper, "/sys/devices/virtual");
+            }
+            self.emit(UeventAction::Remove, &parent.dir, &subsystem, &[]);
+        }
+    }
+
+    pub(super) fn parent_spec(&self, parent: &str) -> Option<&MdevParentSpec> {
+        self.parents.get(parent).map(|p| &p.spec)
+    }
+
+    /// `available_instances` of a type, by the parent's capacity model.
+    pub(crate) fn available(&self, parent: &str, type_id: &str) -> u64 {
+        let Some(spec) = self.parent_spec(parent) else {
+            return 0;
+        };
+        let Some(mdev_type) = spec.types.iter().find(|t| t.id == type_id) else {
+            return 0;
+        };
+        let mine = || self.mdevs.values().filter(move |m| m.parent == parent);
+        match spec.capacity {
+            CapacityKind::MaxInstances => {
+                let max = u64::from(spec.max_instances.unwrap_or(0));
+                max.saturating_sub(mine().count() as u64)
+            }
+            CapacityKind::Homogeneous => {
+                let wanted = homogeneous_group(spec, type_id);
+                if mine().any(|m| homogeneous_group(spec, &m.type_id) != wanted) {
+                    return 0;
+                }
+                let max = u64::from(mdev_type.max_instances.unwrap_or(0));
+                max.saturating_sub(mine().count() as u64)
+            }
+            CapacityKind::PerVf => {
+                if mine().next().is_some() {
+                    return 0;
+                }
+                let wanted = homogeneous_group(spec, type_id);
+                let pf = self.pci.get(parent).and_then(|vf| vf.physfn.clone());
+                let on_gpu: Vec<&Mdev> = self
+                    .mdevs
+                    .values()
+                    .filter(|m| {
+                        pf.is_some()
+                            && self.pci.get(&m.parent).and_then(|vf| vf.physfn.clone()) == pf
+                    })
+                    .collect();
+                if on_gpu
+                    .iter()
+                    .any(|m| homogeneous_group(spec, &m.type_id) != wanted)
+                {
+                    return 0;
+                }
+                let max = mdev_type.max_instances.unwrap_or(0) as usize;
+                u64::from(on_gpu.len() < max)
+            }
+            CapacityKind::Pool => {
+                let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+                for mdev in mine() {
+                    if let Some(t) = spec.types.iter().find(|t| t.id == mdev.type_id) {
+                        for (resource, cost) in &t.cost {
+                            *used.entry(resource.as_str()).or_default() += cost;
+                        }
+                    }
+                }
+                mdev_type
+                    .cost
+                    .iter()
+                    .map(|(resource, cost)| {
+                        let total = spec.resources.get(resource).copied().unwrap_or(0);
+                        total.saturating_sub(used.get(resource.as_str()).copied().unwrap_or(0))
+                            / cost
+                    })
+                    .min()
+                    .unwrap_or(0)
+            }
+        }
+    }
+
+    // ----- mdev instances -----
+
+    pub(super) fn create_mdev(
+        &mut self,
+        parent: &str,
+        type_id: &str,
+        data: &[u8],
+    ) -> Result<(), i32> {
+        let uuid = parse_create_uuid(data)?;
+        if self.mdevs.contains_key(&uuid) {
+            return Err(libc::EEXIST);
+        }
+        let Some(spec) = self.parent_spec(parent).cloned() else {
+            return Err(libc::ENODEV);
+        };
+        let available = self.available(parent, type_id);
+        if spec.capacity == CapacityKind::MaxInstances && available == 0 {
+            return Err(Topology::exhausted_errno(&spec));
+        }
+        let Some(parent_dir) = self.parents.get(parent).map(|p| p.dir.clone()) else {
+            return Err(libc::ENODEV);
+        };
+        let dir = join(&parent_dir, &uuid);
+        if available == 0 {
+            // device_add() already ran when the driver's probe refuses: udev sees the device
+            // come and go.
+            self.emit(
+                UeventAction::Add,
+                &dir,
+                "mdev",
+                &[("MDEV_TYPE", format!("{}-{type_id}", spec.type_prefix))],
+            );
+            self.emit(
+                UeventAction::Remove,
+                &dir,
+                "mdev",
+                &[("MDEV_TYPE", format!("{}-{type_id}", spec.type_prefix))],
+            );
+            return Err(Topology::exhausted_errno(&spec));
+        }
+        let full_type = format!("{}-{type_id}", spec.type_prefix);
+        let group = self.alloc_group();
+        let vfio_index = self.alloc_vfio_index();
+        self.tree.mkdir_p(&dir);
+        self.tree
+            .add_file(&join(&dir, "remove"), Attr::Remove { uuid: uuid.clone() });
+        self.tree.add_relative_link(
+            &join(&dir, "mdev_type"),
+            &format!("{parent_dir}/mdev_supported_types/{full_type}"),
+        );
+        self.tree
+            .add_relative_link(&join(&dir, "iommu_group"), &format!("{SYS_GROUPS}/{group}"));
+        self.tree
+            .add_relative_link(&join(&dir, "subsystem"), "/sys/bus/mdev");
+        for attribute in &spec.instance_attributes {
+            self.tree
+                .add_file(&join(&dir, attribute), Attr::Stored(String::new()));
+        }
+        let type_constants = spec
+            .types
+            .iter()
+            .find(|t| t.id == type_id)
+            .map(|t| t.instance_constants.clone())
+            .unwrap_or_default();
+        for (attribute, value) in spec.instance_constants.iter().chain(&type_constants) {
+            self.tree.add_file(
+                &join(&dir, attribute),
+                Attr::Const(value.replace("{uuid}", &uuid)),
+            );
+        }
+        self.tree
+            .add_relative_link(&join(SYS_MDEV_DEVICES, &uuid), &dir);
+        self.tree.add_relative_link(
+            &format!("{parent_dir}/mdev_supported_types/{full_type}/devices/{uuid}"),
+            &dir,
+        );
+        self.emit(
+            UeventAction::Add,
+            &dir,
+            "mdev",
+            &[("MDEV_TYPE", full_type.clone())],
+        );
+        self.mdevs.insert(
+            uuid.clone(),
+            Mdev {
+                parent: parent.to_string(),
+                type_id: type_id.to_string(),
+                dir: dir.clone(),
+                group,
+                vfio_index,
+            },
+        );
+        self.group_join(group, &dir, &uuid);
+        let vfio_dev = format!("{dir}/vfio-dev/vfio{vfio_index}");
+        self.tree.mkdir_p(&vfio_dev);
+        self.emit(UeventAction::Add, &vfio_dev, "vfio-dev", &[]);
+        self.sync_group_node(group);
+        self.tree.add_relative_link(
+            &join(&dir, "driver"),
+            &join(SYS_MDEV_DRIVERS, &spec.mdev_driver),
+        );
+        self.tree.add_relative_link(
+            &format!("{SYS_MDEV_DRIVERS}/{}/{uuid}", spec.mdev_driver),
+            &dir,
+        );
+        self.emit(
+            UeventAction::Bind,
+            &dir,
+            "mdev",
+            &[
+                ("DRIVER", spec.mdev_driver.clone()),
+                ("MDEV_TYPE", full_type),
+            ],
+        );
+        Ok(())
+    }
+
+    pub(super) fn remove_store(&mut self, uuid: &str, data: &[u8]) -> Store {
+        // remove_store() turns every kstrtoul() failure into EINVAL.
+        let Ok(value) = kstrtoul(data, 0, u64::MAX) else {
+            return Store::Done(Err(libc::EINVAL));
+        };
+        if value == 0 {
+            return Store::Done(Ok(()));
+        }
+        let Some(mdev) = self.mdevs.get(uuid) else {
+            return Store::Done(Err(libc::ENODEV));
+        };
+        // device_remove_file_self(): the attribute is gone before the removal starts, so a
+        // second writer cannot even open it while the first one waits.
+        self.tree.remove(&join(&mdev.dir, "remove"));
+        let group = mdev.group;
+        if self.group_held(group) {
+            return Store::WaitThen {
+                groups: vec![group],
+                then: Deferred::RemoveMdev(uuid.to_string()),
+            };
+        }
+        self.remove_mdev_now(uuid);
+        Store::Done(Ok(()))
+    }
+
+    pub(super) fn remove_mdev_now(&mut self, uuid: &str) {
+        let Some(mdev) = self.mdevs.remove(uuid) else {
+            return;
+        };
+        let driver = self
+            .parent_spec(&mdev.parent)
+            .map(|s| s.mdev_driver.clone())
+            .unwrap_or_default();
+        let parent_dir = self
+            .parents
+            .get(&mdev.parent)
+            .map(|p| p.dir.clone())
+            .unwrap_or_default();
+        let full_type = self
+            .parent_spec(&mdev.parent)
+            .map(|s| format!("{}-{}", s.type_prefix, mdev.type_id))
+            .unwrap_or_default();
+        let vfio_dev = format!("{}/vfio-dev/vfio{}", mdev.dir, mdev.vfio_index);
+        self.tree.remove(&join(&mdev.dir, "vfio-dev"));
+        self.vfio_indexes.remove(&mdev.vfio_index);
+        self.emit(UeventAction::Remove, &vfio_dev, "vfio-dev", &[]);
+        self.kill_holders(mdev.group);
+        self.group_leave(mdev.group, &mdev.dir, uuid);
+        self.sync_group_node(mdev.group);
+        self.emit(
+            UeventAction::Unbind,
+            &mdev.dir,
+            "mdev",
+            &[("MDEV_TYPE", full_type.clone())],
+        );
+        self.tree
+            .remove(&format!("{SYS_MDEV_DRIVERS}/{driver}/{uuid}"));
+        self.tree.remove(&join(SYS_MDEV_DEVICES, uuid));
+        self.tree.remove(&format!(
+            "{parent_dir}/mdev_supported_types/{full_type}/devices/{uuid}"
+        ));
+        self.tree.remove(&mdev.dir);
+        self.emit(
+            UeventAction::Remove,
+            &mdev.dir,
+            "mdev",
+            &[("MDEV_TYPE", full_type)],
+        );
+    }
+
+    /// A holder of a group that is going away entirely (reboot of a device, rmmod) loses it.
+    pub(super) fn kill_holders(&mut self, group: u32) {
+        let pids: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| p.group == group)
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in pids {
+            self.close_process(pid);
+        }
+    }
+}

@@ -1,0 +1,576 @@
+//! The kernel double's state machine: modules, PCI functions and drivers, SR-IOV, mdev
+//! parents and instances, IOMMU groups, VFIO device nodes and the processes holding them.
+//! Every change updates the file tree and emits the uevents the kernel would.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::mpsc::Sender;
+
+mod mdev;
+mod modules;
+mod nvidia;
+mod pci;
+
+use super::events::{SimEvent, UeventAction};
+use super::faults::Fault;
+use super::kparse::{kstrtobool, kstrtoul, parse_create_uuid, sysfs_streq};
+use super::topology::{
+    CapacityKind, MdevParentSpec, PciAddress, PciDriverSpec, SriovSpec, Topology,
+};
+use super::tree::{join, Node, Tree};
+
+/// How an attribute file behaves.
+#[derive(Debug, Clone)]
+pub(crate) enum Attr {
+    /// Read-only constant text.
+    Const(String),
+    /// Read-write free text (vendor parameters): a write replaces it.
+    Stored(String),
+    /// `mdev_supported_types/<type>/create` (write-only).
+    Create { parent: String, type_id: String },
+    /// `mdev_supported_types/<type>/available_instances`.
+    Available { parent: String, type_id: String },
+    /// `<mdev>/remove` (write-only).
+    Remove { uuid: String },
+    /// `<pci>/driver_override`.
+    DriverOverride { bdf: String },
+    /// `<pf>/sriov_numvfs`.
+    SriovNumvfs { bdf: String },
+    /// `<pf>/sriov_drivers_autoprobe`.
+    SriovAutoprobe { bdf: String },
+    /// `/sys/bus/pci/drivers_probe` (write-only).
+    DriversProbe,
+    /// `/sys/bus/pci/drivers/<driver>/bind` (write-only).
+    Bind { driver: String },
+    /// `/sys/bus/pci/drivers/<driver>/unbind` (write-only).
+    Unbind { driver: String },
+    /// `<vf>/nvidia/creatable_vgpu_types`.
+    NvCreatable { bdf: String },
+    /// `<vf>/nvidia/current_vgpu_type`.
+    NvCurrent { bdf: String },
+    /// `/dev/vfio/<N>`.
+    VfioGroup { group: u32 },
+    /// `/dev/vfio/vfio`.
+    VfioContainer,
+}
+
+/// The result of a store that may have to wait for a holder, like the kernel's
+/// `vfio_unregister_group_dev()`.
+#[derive(Debug)]
+pub(crate) enum Store {
+    Done(Result<(), i32>),
+    /// Wait until none of these groups is held, then run the operation.
+    WaitThen {
+        groups: Vec<u32>,
+        then: Deferred,
+    },
+}
+
+/// The second half of an operation that waited for holders.
+#[derive(Debug, Clone)]
+pub(crate) enum Deferred {
+    RemoveMdev(String),
+    DisableVfs(String),
+    Unbind(String),
+}
+
+#[derive(Debug)]
+struct Parent {
+    spec: MdevParentSpec,
+    dir: String,
+}
+
+#[derive(Debug)]
+struct Mdev {
+    parent: String,
+    type_id: String,
+    dir: String,
+    group: u32,
+    vfio_index: u32,
+}
+
+#[derive(Debug)]
+struct Sriov {
+    spec: SriovSpec,
+    numvfs: u16,
+    autoprobe: bool,
+    vfs: Vec<String>,
+}
+
+#[derive(Debug)]
+struct Pci {
+    address: PciAddress,
+    dir: String,
+    group: u32,
+    native_driver: Option<String>,
+    driver: Option<String>,
+    driver_override: Option<String>,
+    sriov: Option<Sriov>,
+    physfn: Option<String>,
+    vfio_index: Option<u32>,
+    nvidia_current: u32,
+}
+
+#[derive(Debug, Default)]
+struct Group {
+    /// Canonical sysfs directories of the member devices.
+    members: BTreeSet<String>,
+    holder: Option<u32>,
+    node: bool,
+}
+
+#[derive(Debug)]
+struct Process {
+    group: u32,
+}
+
+/// The whole simulated machine.
+#[derive(Debug)]
+pub(crate) struct World {
+    pub(crate) topology: Topology,
+    pub(crate) tree: Tree<Attr>,
+    modules: BTreeMap<String, bool>,
+    drivers: BTreeMap<String, PciDriverSpec>,
+    parents: BTreeMap<String, Parent>,
+    mdevs: BTreeMap<String, Mdev>,
+    pci: BTreeMap<String, Pci>,
+    groups: BTreeMap<u32, Group>,
+    vfio_indexes: BTreeSet<u32>,
+    processes: BTreeMap<u32, Process>,
+    next_pid: u32,
+    /// Incremented by every reboot, so writers blocked across one learn the device is gone.
+    pub(crate) boot: u64,
+    pub(crate) subscribers: Vec<Sender<SimEvent>>,
+    pub(crate) faults: Vec<(u64, Fault)>,
+    pub(crate) next_fault: u64,
+    /// Paths of writes currently blocked (by a holder or an injected fault).
+    pub(crate) blocked: Vec<String>,
+    /// Blocking faults that were released.
+    pub(crate) released_faults: BTreeSet<u64>,
+}
+
+const SYS_PCI_DEVICES: &str = "/sys/bus/pci/devices";
+const SYS_PCI_DRIVERS: &str = "/sys/bus/pci/drivers";
+const SYS_MDEV_DEVICES: &str = "/sys/bus/mdev/devices";
+const SYS_MDEV_DRIVERS: &str = "/sys/bus/mdev/drivers";
+const SYS_MDEV_BUS: &str = "/sys/class/mdev_bus";
+const SYS_GROUPS: &str = "/sys/kernel/iommu_groups";
+/// First pid handed to simulated holder processes.
+const FIRST_PID: u32 = 4000;
+
+/// The homogeneous group of a type (itself unless the topology groups types).
+fn homogeneous_group(spec: &MdevParentSpec, type_id: &str) -> Option<String> {
+    spec.types
+        .iter()
+        .find(|t| t.id == type_id)
+        .map(|t| t.homogeneous_group.clone().unwrap_or_else(|| t.id.clone()))
+}
+
+fn devpath(dir: &str) -> String {
+    dir.strip_prefix("/sys").unwrap_or(dir).to_string()
+}
+
+impl World {
+    /// Boots a machine from a topology: every device present, loaded drivers bound, parents
+    /// registered. No events (nobody listens before boot).
+    pub(crate) fn boot(topology: Topology, boot: u64) -> Self {
+        let mut world = World {
+            topology: topology.clone(),
+            tree: Tree::new(),
+            modules: BTreeMap::new(),
+            drivers: BTreeMap::new(),
+            parents: BTreeMap::new(),
+            mdevs: BTreeMap::new(),
+            pci: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            vfio_indexes: BTreeSet::new(),
+            processes: BTreeMap::new(),
+            next_pid: FIRST_PID,
+            boot,
+            subscribers: Vec::new(),
+            faults: Vec::new(),
+            next_fault: 0,
+            blocked: Vec::new(),
+            released_faults: BTreeSet::new(),
+        };
+        for dir in [
+            SYS_MDEV_BUS,
+            SYS_MDEV_DEVICES,
+            SYS_MDEV_DRIVERS,
+            SYS_PCI_DEVICES,
+            SYS_PCI_DRIVERS,
+            SYS_GROUPS,
+            "/proc",
+        ] {
+            world.tree.mkdir_p(dir);
+        }
+        world
+            .tree
+            .add_file("/sys/bus/pci/drivers_probe", Attr::DriversProbe);
+        world.tree.add_file("/dev/vfio/vfio", Attr::VfioContainer);
+        for driver in &topology.pci_drivers {
+            world.drivers.insert(driver.name.clone(), driver.clone());
+            world.modules.insert(driver.module_name().to_string(), true);
+        }
+        for parent in &topology.mdev_parents {
+            world.modules.insert(parent.module.clone(), true);
+        }
+        for vf_mdev in topology
+            .pci_devices
+            .iter()
+            .filter_map(|d| d.sriov.as_ref()?.vf_mdev.as_ref())
+        {
+            world.modules.insert(vf_mdev.module.clone(), true);
+        }
+        for module in &topology.unloaded_modules {
+            world.modules.insert(module.clone(), false);
+        }
+        for spec in &topology.pci_devices {
+            // The topology was validated: the address parses.
+            let Some(address) = PciAddress::parse(&spec.bdf) else {
+                continue;
+            };
+            let root = format!(
+                "/sys/devices/pci{:04x}:{:02x}",
+                address.domain,
+                spec.bridge
+                    .as_deref()
+                    .and_then(PciAddress::parse)
+                    .map_or(address.bus, |b| b.bus)
+            );
+            let parent_dir = match &spec.bridge {
+                Some(bridge) => join(&root, bridge),
+                None => root,
+            };
+            let dir = join(&parent_dir, &spec.bdf);
+            let sriov = spec.sriov.clone().map(|s| Sriov {
+                spec: s,
+                numvfs: 0,
+                autoprobe: true,
+                vfs: Vec::new(),
+            });
+            world.groups.entry(spec.iommu_group).or_default();
+            world.add_pci(
+                &spec.bdf,
+                Pci {
+                    address,
+                    dir,
+                    group: spec.iommu_group,
+                    native_driver: spec.driver.clone(),
+                    driver: None,
+                    driver_override: None,
+                    sriov,
+                    physfn: None,
+                    vfio_index: None,
+                    nvidia_current: 0,
+                },
+                (
+                    spec.vendor,
+                    spec.device,
+                    spec.subsystem_vendor,
+                    spec.subsystem_device,
+                    spec.class,
+                    spec.numa_node,
+                ),
+            );
+        }
+        let loaded: Vec<String> = world
+            .modules
+            .iter()
+            .filter(|(_, &on)| on)
+            .map(|(m, _)| m.clone())
+            .collect();
+        for module in loaded {
+            world.start_module(&module);
+        }
+        world
+    }
+
+    // ----- events -----
+
+    fn emit(&mut self, action: UeventAction, dir: &str, subsystem: &str, extra: &[(&str, String)]) {
+        let devpath = devpath(dir);
+        let mut properties = BTreeMap::new();
+        properties.insert("ACTION".to_string(), action.as_str().to_string());
+        properties.insert("DEVPATH".to_string(), devpath.clone());
+        properties.insert("SUBSYSTEM".to_string(), subsystem.to_string());
+        for (key, value) in extra {
+            properties.insert((*key).to_string(), value.clone());
+        }
+        let event = SimEvent {
+            action,
+            devpath,
+            subsystem: subsystem.to_string(),
+            properties,
+        };
+        self.subscribers
+            .retain(|subscriber| subscriber.send(event.clone()).is_ok());
+    }
+
+    // ----- allocation -----
+
+    fn alloc_group(&mut self) -> u32 {
+        let mut id = 0;
+        while self.groups.contains_key(&id) {
+            id += 1;
+        }
+        self.groups.insert(id, Group::default());
+        id
+    }
+
+    fn alloc_vfio_index(&mut self) -> u32 {
+        let mut id = 0;
+        while self.vfio_indexes.contains(&id) {
+            id += 1;
+        }
+        self.vfio_indexes.insert(id);
+        id
+    }
+
+    fn group_join(&mut self, group: u32, dir: &str, name: &str) {
+        self.groups
+            .entry(group)
+            .or_default()
+            .members
+            .insert(dir.to_string());
+        self.tree
+            .add_relative_link(&format!("{SYS_GROUPS}/{group}/devices/{name}"), dir);
+    }
+
+    fn group_leave(&mut self, group: u32, dir: &str, name: &str) {
+        self.tree
+            .remove(&format!("{SYS_GROUPS}/{group}/devices/{name}"));
+        let empty = match self.groups.get_mut(&group) {
+            Some(state) => {
+                state.members.remove(dir);
+                state.members.is_empty()
+            }
+            None => false,
+        };
+        if empty {
+            self.groups.remove(&group);
+            self.tree.remove(&format!("{SYS_GROUPS}/{group}"));
+        }
+    }
+
+    /// Whether a member device is a registered VFIO device (so the group has a node).
+    fn is_vfio_device(&self, dir: &str) -> bool {
+        if self.mdevs.values().any(|m| m.dir == dir) {
+            return true;
+        }
+        self.pci
+            .values()
+            .any(|p| p.dir == dir && (p.vfio_index.is_some() || p.nvidia_current != 0))
+    }
+
+    /// Creates or removes `/dev/vfio/<group>` to match its members, with the `vfio` uevent.
+    fn sync_group_node(&mut self, group: u32) {
+        let want = self
+            .groups
+            .get(&group)
+            .is_some_and(|g| g.members.iter().any(|d| self.is_vfio_device(d)));
+        let have = self.groups.get(&group).is_some_and(|g| g.node)
+            || self.tree.get(&format!("/dev/vfio/{group}")).is_some();
+        let devdir = format!("/sys/devices/virtual/vfio/{group}");
+        if want && !have {
+            if let Some(state) = self.groups.get_mut(&group) {
+                state.node = true;
+            }
+            self.tree
+                .add_file(&format!("/dev/vfio/{group}"), Attr::VfioGroup { group });
+            self.emit(
+                UeventAction::Add,
+                &devdir,
+                "vfio",
+                &[("DEVNAME", format!("vfio/{group}"))],
+            );
+        } else if !want && have {
+            if let Some(state) = self.groups.get_mut(&group) {
+                state.node = false;
+            }
+            self.tree.remove(&format!("/dev/vfio/{group}"));
+            self.emit(
+                UeventAction::Remove,
+                &devdir,
+                "vfio",
+                &[("DEVNAME", format!("vfio/{group}"))],
+            );
+        }
+    }
+
+    pub(crate) fn group_held(&self, group: u32) -> bool {
+        self.groups.get(&group).is_some_and(|g| g.holder.is_some())
+    }
+
+    // ----- holders -----
+
+    /// Opens `/dev/vfio/<group>` as a new process: ENOENT without the node, EBUSY if held.
+    pub(crate) fn open_group(&mut self, group: u32, comm: &str) -> Result<u32, i32> {
+        if self.tree.get(&format!("/dev/vfio/{group}")).is_none() {
+            return Err(libc::ENOENT);
+        }
+        if self.group_held(group) {
+            return Err(libc::EBUSY);
+        }
+        let pid = self.next_pid;
+        self.next_pid += 1;
+        if let Some(state) = self.groups.get_mut(&group) {
+            state.holder = Some(pid);
+        }
+        let dir = format!("/proc/{pid}");
+        self.tree
+            .add_file(&join(&dir, "comm"), Attr::Const(format!("{comm}\n")));
+        self.tree
+            .add_file(&join(&dir, "cmdline"), Attr::Const(format!("{comm}\0")));
+        self.tree.add_link(&join(&dir, "fd/0"), "/dev/null");
+        self.tree.add_link(&join(&dir, "fd/3"), "/dev/vfio/vfio");
+        self.tree
+            .add_link(&join(&dir, "fd/4"), format!("/dev/vfio/{group}"));
+        self.tree
+            .add_link(&join(&dir, "fd/5"), "anon_inode:[vfio-device]");
+        self.processes.insert(pid, Process { group });
+        Ok(pid)
+    }
+
+    /// The process closes its descriptors and exits.
+    pub(crate) fn close_process(&mut self, pid: u32) {
+        let Some(process) = self.processes.remove(&pid) else {
+            return;
+        };
+        if let Some(state) = self.groups.get_mut(&process.group) {
+            if state.holder == Some(pid) {
+                state.holder = None;
+            }
+        }
+        self.tree.remove(&format!("/proc/{pid}"));
+    }
+
+    /// The IOMMU group of a device directory (mdev or PCI), by its canonical path.
+    pub(crate) fn group_of_dir(&self, dir: &str) -> Option<u32> {
+        self.groups
+            .iter()
+            .find(|(_, g)| g.members.contains(dir))
+            .map(|(id, _)| *id)
+    }
+
+    // ----- file operations -----
+
+    pub(crate) fn read_attr(&self, attr: &Attr) -> Result<String, i32> {
+        match attr {
+            Attr::Const(text) | Attr::Stored(text) => Ok(text.clone()),
+            Attr::Available { parent, type_id } => {
+                Ok(format!("{}\n", self.available(parent, type_id)))
+            }
+            Attr::DriverOverride { bdf } => {
+                let value = self.pci.get(bdf).and_then(|p| p.driver_override.clone());
+                Ok(format!("{}\n", value.as_deref().unwrap_or("(null)")))
+            }
+            Attr::SriovNumvfs { bdf } => Ok(format!(
+                "{}\n",
+                self.pci
+                    .get(bdf)
+                    .and_then(|p| p.sriov.as_ref())
+                    .map_or(0, |s| s.numvfs)
+            )),
+            Attr::SriovAutoprobe { bdf } => Ok(format!(
+                "{}\n",
+                u8::from(
+                    self.pci
+                        .get(bdf)
+                        .and_then(|p| p.sriov.as_ref())
+                        .is_some_and(|s| s.autoprobe)
+                )
+            )),
+            Attr::NvCreatable { bdf } => Ok(self.nvidia_creatable(bdf)),
+            Attr::NvCurrent { bdf } => Ok(format!(
+                "{}\n",
+                self.pci.get(bdf).map_or(0, |p| p.nvidia_current)
+            )),
+            Attr::VfioGroup { group } => Err(if self.group_held(*group) {
+                libc::EBUSY
+            } else {
+                libc::EINVAL
+            }),
+            Attr::VfioContainer => Err(libc::EINVAL),
+            Attr::Create { .. }
+            | Attr::Remove { .. }
+            | Attr::DriversProbe
+            | Attr::Bind { .. }
+            | Attr::Unbind { .. } => Err(libc::EACCES),
+        }
+    }
+
+    /// Runs a sysfs store on the file at canonical `path`.
+    pub(crate) fn store(&mut self, path: &str, data: &[u8]) -> Store {
+        let attr = match self.tree.get(path) {
+            Some(Node::File(attr)) => attr.clone(),
+            Some(Node::Dir(_)) => return Store::Done(Err(libc::EISDIR)),
+            _ => return Store::Done(Err(libc::ENOENT)),
+        };
+        if let Attr::VfioGroup { group } = attr {
+            return Store::Done(Err(if self.group_held(group) {
+                libc::EBUSY
+            } else {
+                libc::EINVAL
+            }));
+        }
+        // sysfs_kf_write(): an empty write never reaches the store function.
+        if data.is_empty()
+            && !matches!(
+                attr,
+                Attr::Const(_) | Attr::Available { .. } | Attr::NvCreatable { .. }
+            )
+        {
+            return Store::Done(Ok(()));
+        }
+        let result = match attr {
+            Attr::Const(_) | Attr::Available { .. } | Attr::NvCreatable { .. } => Err(libc::EACCES),
+            Attr::VfioContainer => Err(libc::EINVAL),
+            Attr::VfioGroup { .. } => Err(libc::EINVAL),
+            Attr::Stored(_) => {
+                if let Some(Node::File(Attr::Stored(value))) = self.tree.get_mut(path) {
+                    *value = String::from_utf8_lossy(data).into_owned();
+                }
+                Ok(())
+            }
+            Attr::Create { parent, type_id } => self.create_mdev(&parent, &type_id, data),
+            Attr::Remove { uuid } => return self.remove_store(&uuid, data),
+            Attr::DriverOverride { bdf } => self.override_store(&bdf, data),
+            Attr::SriovNumvfs { bdf } => return self.numvfs_store(&bdf, data),
+            Attr::SriovAutoprobe { bdf } => kstrtobool(data).map(|on| {
+                if let Some(sriov) = self.pci.get_mut(&bdf).and_then(|p| p.sriov.as_mut()) {
+                    sriov.autoprobe = on;
+                }
+            }),
+            Attr::DriversProbe => match self.find_pci_by_name(data) {
+                Some(bdf) => {
+                    self.probe(&bdf);
+                    Ok(())
+                }
+                None => Err(libc::ENODEV),
+            },
+            Attr::Bind { driver } => self.bind_store(&driver, data),
+            Attr::Unbind { driver } => return self.unbind_store(&driver, data),
+            Attr::NvCurrent { bdf } => self.nvidia_current_store(&bdf, data),
+        };
+        Store::Done(result)
+    }
+
+    /// Finishes an operation once its groups are free.
+    pub(crate) fn complete(&mut self, deferred: &Deferred) {
+        match deferred {
+            Deferred::RemoveMdev(uuid) => self.remove_mdev_now(uuid),
+            Deferred::DisableVfs(bdf) => self.disable_vfs(bdf),
+            Deferred::Unbind(bdf) => self.unbind_now(bdf),
+        }
+    }
+
+    // ----- introspection for tests and the conformance runner -----
+
+    pub(crate) fn mdev_uuids(&self) -> Vec<String> {
+        self.mdevs.keys().cloned().collect()
+    }
+
+    pub(crate) fn vf_count(&self) -> usize {
+        self.pci.values().filter(|p| p.physfn.is_some()).count()
+    }
+}
