@@ -274,7 +274,11 @@ impl From<ResolutionText> for String {
 /// Matching ignores ASCII case.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct NamePattern(String);
+pub struct NamePattern {
+    text: String,
+    /// The lower-cased pieces between `*`s (always at least one).
+    pieces: Vec<String>,
+}
 
 impl NamePattern {
     /// Validates a pattern: non-empty printable text without control characters.
@@ -283,7 +287,14 @@ impl NamePattern {
             && pattern.len() <= 128
             && !pattern.chars().any(char::is_control);
         if valid {
-            Ok(NamePattern(pattern.to_owned()))
+            Ok(NamePattern {
+                text: pattern.to_owned(),
+                pieces: pattern
+                    .to_ascii_lowercase()
+                    .split('*')
+                    .map(str::to_owned)
+                    .collect(),
+            })
         } else {
             Err(ValueError::Pattern(pattern.to_owned()))
         }
@@ -291,30 +302,28 @@ impl NamePattern {
 
     /// The pattern text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
     }
 
     /// Whether `name` matches the whole pattern.
     pub fn matches(&self, name: &str) -> bool {
-        let pattern = self.0.to_ascii_lowercase();
         let name = name.to_ascii_lowercase();
-        let mut pieces = pattern.split('*');
-        // `split` always yields at least one piece.
-        let first = pieces.next().unwrap_or_default();
-        let Some(mut rest) = name.strip_prefix(first) else {
+        let Some((first, rest_pieces)) = self.pieces.split_first() else {
             return false;
         };
-        let pieces: Vec<&str> = pieces.collect();
-        let Some((last, middle)) = pieces.split_last() else {
+        let Some(mut rest) = name.strip_prefix(first.as_str()) else {
+            return false;
+        };
+        let Some((last, middle)) = rest_pieces.split_last() else {
             return rest.is_empty();
         };
         for piece in middle {
-            match rest.find(piece) {
+            match rest.find(piece.as_str()) {
                 Some(at) => rest = &rest[at + piece.len()..],
                 None => return false,
             }
         }
-        rest.len() >= last.len() && rest.ends_with(last)
+        rest.len() >= last.len() && rest.ends_with(last.as_str())
     }
 }
 
@@ -327,7 +336,7 @@ impl TryFrom<String> for NamePattern {
 
 impl From<NamePattern> for String {
     fn from(pattern: NamePattern) -> String {
-        pattern.0
+        pattern.text
     }
 }
 

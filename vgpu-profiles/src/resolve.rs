@@ -176,12 +176,17 @@ pub fn check_type_ignoring_capacity(
 
 fn check_pins(profile: &Profile, offered: &OfferedType) -> Result<(), TypeRejection> {
     let pins = &profile.pin;
-    let token = offered.short_name();
+    if pins.is_empty() {
+        return Ok(());
+    }
+    // The full name and its last token (`NVIDIA H200X-1-18C`, `H200X-1-18C`): the token
+    // is what NVIDIA's own tools call the type.
     let last_token = offered
         .name
         .rsplit(char::is_whitespace)
         .next()
         .unwrap_or(&offered.name);
+    let names = [offered.name.as_str(), last_token];
     if let Some(id) = &pins.type_id {
         let numeric = id.parse::<u32>().ok();
         let matches = *id == offered.id || (numeric.is_some() && numeric == offered.vendor_type_id);
@@ -190,17 +195,13 @@ fn check_pins(profile: &Profile, offered: &OfferedType) -> Result<(), TypeReject
         }
     }
     if let Some(name) = &pins.type_name {
-        let matches = [offered.name.as_str(), token.as_str(), last_token]
-            .iter()
-            .any(|n| n.eq_ignore_ascii_case(name));
+        let matches = names.iter().any(|n| n.eq_ignore_ascii_case(name));
         if !matches {
             return Err(TypeRejection::Pin(format!("type_name={name}")));
         }
     }
     if let Some(pattern) = &pins.name_pattern {
-        let matches = [offered.name.as_str(), token.as_str(), last_token]
-            .iter()
-            .any(|n| pattern.matches(n));
+        let matches = names.iter().any(|n| pattern.matches(n));
         if !matches {
             return Err(TypeRejection::Pin(format!(
                 "name_pattern={}",
