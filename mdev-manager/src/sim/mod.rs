@@ -460,4 +460,6 @@ impl Drop for SimHolder {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
