@@ -6,6 +6,7 @@
 
 mod claims;
 mod profiles;
+pub mod scenarios;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
