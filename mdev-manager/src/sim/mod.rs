@@ -396,7 +396,21 @@ impl HostFs for SimHost {
         let Ok(text) = path_text(path) else {
             return false;
         };
-        self.lock().tree.resolve(text, true).is_ok()
+        let world = self.lock();
+        if world.tree.resolve(text, true).is_ok() {
+            return true;
+        }
+        // A descriptor of an anonymous inode (the VFIO device fd) is a "magic" link: stat()
+        // through /proc/<pid>/fd/<n> succeeds although the target text is no path.
+        world
+            .tree
+            .resolve(text, false)
+            .ok()
+            .and_then(|c| match world.tree.get(&c) {
+                Some(Node::Link(target)) => Some(target.starts_with("anon_inode:")),
+                _ => None,
+            })
+            .unwrap_or(false)
     }
 
     fn is_dir(&self, path: &Path) -> bool {

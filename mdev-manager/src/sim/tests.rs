@@ -821,7 +821,7 @@ fn every_file_reads_like_sysfs() {
         for (path, value) in host.read_all_files() {
             match value {
                 Ok(text) => {
-                    let stored = path.ends_with("vgpu_params");
+                    let stored = path.ends_with("vgpu_params") || path == "/dev/null";
                     assert!(
                         stored || text.ends_with('\n'),
                         "{name}: {path} = {text:?} lacks the newline"
@@ -1098,4 +1098,24 @@ fn ampere_vfs_are_mdev_parents_with_one_instance_each() {
     host.write(p(&format!("{pf}/sriov_numvfs")), b"0").unwrap();
     assert!(host.mdev_uuids().is_empty());
     assert!(host.list(p("/sys/class/mdev_bus")).unwrap().is_empty());
+}
+
+#[test]
+fn holder_fds_stat_like_proc_magic_links() {
+    let host = samples();
+    host.write(p(&format!("{MTTY1}/create")), U1.as_bytes())
+        .unwrap();
+    let holder = host
+        .hold_device(p(&format!("/sys/bus/mdev/devices/{U1}")), "qemu")
+        .unwrap();
+    let fd = format!("/proc/{}/fd", holder.pid());
+    for n in ["0", "3", "4", "5"] {
+        assert!(host.exists(p(&format!("{fd}/{n}"))), "fd {n}");
+    }
+    assert_eq!(
+        host.read_link(p(&format!("{fd}/5"))).unwrap(),
+        p("anon_inode:[vfio-device]")
+    );
+    assert_eq!(read(&host, "/dev/null"), "");
+    host.write(p("/dev/null"), b"x").unwrap();
 }

@@ -51,6 +51,8 @@ pub(crate) enum Attr {
     VfioGroup { group: u32 },
     /// `/dev/vfio/vfio`.
     VfioContainer,
+    /// `/dev/null`: reads nothing, swallows writes.
+    Null,
 }
 
 /// The result of a store that may have to wait for a holder, like the kernel's
@@ -207,6 +209,7 @@ impl World {
             .tree
             .add_file("/sys/bus/pci/drivers_probe", Attr::DriversProbe);
         world.tree.add_file("/dev/vfio/vfio", Attr::VfioContainer);
+        world.tree.add_file("/dev/null", Attr::Null);
         for driver in &topology.pci_drivers {
             world.drivers.insert(driver.name.clone(), driver.clone());
             world.modules.insert(driver.module_name().to_string(), true);
@@ -491,6 +494,7 @@ impl World {
                 libc::EINVAL
             }),
             Attr::VfioContainer => Err(libc::EINVAL),
+            Attr::Null => Ok(String::new()),
             Attr::Create { .. }
             | Attr::Remove { .. }
             | Attr::DriversProbe
@@ -526,6 +530,7 @@ impl World {
             Attr::Const(_) | Attr::Available { .. } | Attr::NvCreatable { .. } => Err(libc::EACCES),
             Attr::VfioContainer => Err(libc::EINVAL),
             Attr::VfioGroup { .. } => Err(libc::EINVAL),
+            Attr::Null => Ok(()),
             Attr::Stored(_) => {
                 if let Some(Node::File(Attr::Stored(value))) = self.tree.get_mut(path) {
                     *value = String::from_utf8_lossy(data).into_owned();
