@@ -6,3 +6,5 @@
 
 pub mod fuzz_entry;
 pub mod power_loss;
+pub mod remote_host;
+pub mod torture;

@@ -1,0 +1,1130 @@
+//! Crash torture: the engine runs in a worker process (`torture-worker`, the daemon's engine
+//! with its state on disk) against the simulated host served by this process
+//! ([`crate::remote_host`]), so the kernel's devices survive the worker being SIGKILLed just as
+//! they survive a daemon crash on a real host. Each round starts a worker (which reconciles
+//! first, as the daemon does on start), lets it run a random batch of operations and kills it
+//! at a chosen point:
+//!
+//! * right after the `k`-th kernel write took effect, before the worker heard of it (between
+//!   the sysfs write and the state write);
+//! * right before the `k`-th kernel write;
+//! * after a random delay (anywhere, including inside the state file write);
+//! * during a batch rollback (a create of the batch fails with EIO, the kill lands right after
+//!   the first rollback `remove`).
+//!
+//! Then a checking worker starts, reconciles and lists the instances, and the invariants are
+//! checked against the simulated host and the operations the killed worker had acknowledged.
+//! A final round destroys everything and checks that every type's capacity is back to its
+//! boot value.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mdev_manager::engine::{
+    CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef, Engine, EngineConfig,
+    InstanceInfo, ReconcileAction, ReconcileReport,
+};
+use mdev_manager::host::HostFs;
+use mdev_manager::sim::{Fault, SimHost};
+use mdev_manager::state::{DiskFiles, Scheduling};
+use serde::{Deserialize, Serialize};
+
+use crate::remote_host::{answer, RemoteHost, Request, Response};
+
+/// The simulated topology: the kernel's sample mdev drivers and an SR-IOV NVMe PF.
+pub const TOPOLOGY: &str = "samples";
+/// The SR-IOV PF of [`TOPOLOGY`].
+pub const PF: &str = "0000:01:00.0";
+const MDEV_TYPES: [(&str, &str); 8] = [
+    ("mtty", "mtty-1"),
+    ("mtty", "mtty-2"),
+    ("mbochs", "mbochs-small"),
+    ("mbochs", "mbochs-medium"),
+    ("mbochs", "mbochs-large"),
+    ("mdpy", "mdpy-vga"),
+    ("mdpy", "mdpy-xga"),
+    ("mdpy", "mdpy-hd"),
+];
+const PROFILES: [&str; 4] = ["mbochs-small", "mdpy-vga", "mtty", "mtty-dual"];
+const DOMAINS: [&str; 3] = [
+    "9a3b6f0e-1111-4c3d-8e9f-aabbccddee01",
+    "9a3b6f0e-2222-4c3d-8e9f-aabbccddee02",
+    "9a3b6f0e-3333-4c3d-8e9f-aabbccddee03",
+];
+
+/// One operation of a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// `create` of one mdev.
+    CreateMdev {
+        /// Parent.
+        parent: String,
+        /// Type.
+        type_id: String,
+        /// Persistent + autostart.
+        autostart: bool,
+        /// Weight recorded.
+        weight: Option<u32>,
+    },
+    /// `create_batch` of several mdevs, all or nothing.
+    CreateBatch {
+        /// (parent, type) per item.
+        items: Vec<(String, String)>,
+    },
+    /// A free VF bound to vfio-pci.
+    CreateVf,
+    /// `destroy`.
+    Destroy {
+        /// Instance.
+        uuid: String,
+        /// Force.
+        force: bool,
+    },
+    /// `claim_domain` with one device.
+    Claim {
+        /// Domain UUID.
+        domain: String,
+        /// Claim a known instance by UUID, else create from `profile`.
+        uuid: Option<String>,
+        /// Profile.
+        profile: Option<String>,
+    },
+    /// `release_domain`.
+    Release {
+        /// Domain UUID.
+        domain: String,
+    },
+    /// `set_scheduling` with a weight.
+    SetWeight {
+        /// Instance.
+        uuid: String,
+        /// Weight.
+        weight: u32,
+    },
+    /// `set_num_vfs` on [`PF`].
+    SetNumVfs {
+        /// Count.
+        num_vfs: u32,
+        /// Force.
+        force: bool,
+    },
+    /// Destroy every managed instance and disable the VFs (final round).
+    Teardown,
+}
+
+/// How an operation ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Success; the instances created or claimed, if any.
+    Ok {
+        /// UUIDs.
+        uuids: Vec<String>,
+    },
+    /// A typed engine error.
+    Err {
+        /// `ErrorKind::name()`.
+        kind: String,
+        /// The message.
+        message: String,
+    },
+}
+
+/// Engine settings of the workers: short waits, the simulated host answers at once.
+pub fn engine_config() -> EngineConfig {
+    EngineConfig {
+        readiness_timeout: Duration::from_millis(500),
+        poll_interval: Duration::from_millis(5),
+        write_timeout: Duration::from_secs(2),
+        ..EngineConfig::default()
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+        (!items.is_empty()).then(|| &items[self.below(items.len() as u64) as usize])
+    }
+}
+
+fn choose_op(rng: &mut Rng, managed: &[InstanceInfo]) -> Op {
+    let uuids: Vec<String> = managed.iter().map(|i| i.uuid.clone()).collect();
+    let mdev_type = |rng: &mut Rng| {
+        let (parent, type_id) = MDEV_TYPES[rng.below(MDEV_TYPES.len() as u64) as usize];
+        (parent.to_string(), type_id.to_string())
+    };
+    loop {
+        let op = match rng.below(100) {
+            0..=21 => {
+                let (parent, type_id) = mdev_type(rng);
+                Op::CreateMdev {
+                    parent,
+                    type_id,
+                    autostart: rng.chance(40),
+                    weight: rng.chance(50).then(|| 1 + rng.below(500) as u32),
+                }
+            }
+            22..=33 => Op::CreateBatch {
+                items: (0..2 + rng.below(2)).map(|_| mdev_type(rng)).collect(),
+            },
+            34..=39 => Op::CreateVf,
+            40..=54 => match rng.pick(&uuids) {
+                Some(uuid) => Op::Destroy {
+                    uuid: uuid.clone(),
+                    force: rng.chance(30),
+                },
+                None => continue,
+            },
+            55..=69 => {
+                let domain = rng
+                    .pick(&DOMAINS)
+                    .copied()
+                    .unwrap_or(DOMAINS[0])
+                    .to_string();
+                let persistent: Vec<String> = managed
+                    .iter()
+                    .filter(|i| i.persistent && i.claim.is_none())
+                    .map(|i| i.uuid.clone())
+                    .collect();
+                match (rng.chance(40), rng.pick(&persistent)) {
+                    (true, Some(uuid)) => Op::Claim {
+                        domain,
+                        uuid: Some(uuid.clone()),
+                        profile: None,
+                    },
+                    _ => Op::Claim {
+                        domain,
+                        uuid: None,
+                        profile: rng.pick(&PROFILES).map(|p| p.to_string()),
+                    },
+                }
+            }
+            70..=79 => Op::Release {
+                domain: rng
+                    .pick(&DOMAINS)
+                    .copied()
+                    .unwrap_or(DOMAINS[0])
+                    .to_string(),
+            },
+            80..=91 => match rng.pick(&uuids) {
+                Some(uuid) => Op::SetWeight {
+                    uuid: uuid.clone(),
+                    weight: 1 + rng.below(1000) as u32,
+                },
+                None => continue,
+            },
+            _ => Op::SetNumVfs {
+                num_vfs: rng.below(5) as u32,
+                force: rng.chance(30),
+            },
+        };
+        return op;
+    }
+}
+
+fn domain_ref(uuid: &str) -> DomainRef {
+    DomainRef {
+        name: format!("torture-{}", &uuid[9..13]),
+        uuid: uuid.to_string(),
+    }
+}
+
+fn perform(engine: &Engine, op: &Op) -> Outcome {
+    let mdev_request = |parent: &str, type_id: &str| {
+        CreateRequest::new(CreateTarget::Mdev {
+            parent: parent.to_string(),
+            type_id: type_id.to_string(),
+        })
+    };
+    let result: Result<Vec<String>, mdev_manager::engine::EngineError> = match op {
+        Op::CreateMdev {
+            parent,
+            type_id,
+            autostart,
+            weight,
+        } => engine
+            .create(CreateRequest {
+                autostart: *autostart,
+                persistent: *autostart,
+                scheduling: Scheduling {
+                    weight: *weight,
+                    ..Scheduling::default()
+                },
+                ..mdev_request(parent, type_id)
+            })
+            .map(|info| vec![info.uuid]),
+        Op::CreateBatch { items } => engine
+            .create_batch(items.iter().map(|(p, t)| mdev_request(p, t)).collect())
+            .map(|infos| infos.into_iter().map(|i| i.uuid).collect()),
+        Op::CreateVf => engine
+            .create(CreateRequest::new(CreateTarget::Vf {
+                pf: PF.to_string(),
+                vf: None,
+            }))
+            .map(|info| vec![info.uuid]),
+        Op::Destroy { uuid, force } => engine
+            .destroy(uuid, DestroyOptions { force: *force })
+            .map(|()| Vec::new()),
+        Op::Claim {
+            domain,
+            uuid,
+            profile,
+        } => engine
+            .claim_domain(
+                &domain_ref(domain),
+                &[DeviceRequest {
+                    kind: "mdev".into(),
+                    uuid: uuid.clone(),
+                    profile: profile.clone(),
+                    parent: None,
+                    weight: None,
+                    pci_address: None,
+                }],
+            )
+            .map(|infos| infos.into_iter().map(|i| i.uuid).collect()),
+        Op::Release { domain } => engine
+            .release_domain(&domain_ref(domain))
+            .map(|report| report.destroyed),
+        Op::SetWeight { uuid, weight } => engine
+            .set_scheduling(
+                uuid,
+                Scheduling {
+                    weight: Some(*weight),
+                    ..Scheduling::default()
+                },
+            )
+            .map(|_| Vec::new()),
+        Op::SetNumVfs { num_vfs, force } => engine
+            .set_num_vfs(PF, *num_vfs, DestroyOptions { force: *force })
+            .map(|_| Vec::new()),
+        Op::Teardown => (|| {
+            for info in engine.instances()? {
+                if info.owner.is_some() {
+                    engine.destroy(&info.uuid, DestroyOptions { force: true })?;
+                }
+            }
+            engine.set_num_vfs(PF, 0, DestroyOptions { force: true })?;
+            Ok(Vec::new())
+        })(),
+    };
+    match result {
+        Ok(uuids) => Outcome::Ok { uuids },
+        Err(error) => Outcome::Err {
+            kind: error.kind().name().to_string(),
+            message: error.to_string(),
+        },
+    }
+}
+
+/// The worker process: connects to the host server at `socket`, opens the engine on the state
+/// under `root`, reconciles, runs `ops` random operations (or the final teardown) and lists
+/// the instances. Every step is logged to the server with [`RemoteHost::mark`].
+pub fn worker_main(
+    socket: &Path,
+    root: &Path,
+    seed: u64,
+    ops: u32,
+    teardown: bool,
+) -> io::Result<()> {
+    let host = Arc::new(RemoteHost::connect(socket)?);
+    let engine = match Engine::new(
+        host.clone(),
+        Arc::new(DiskFiles::new(root)),
+        engine_config(),
+    ) {
+        Ok(engine) => engine,
+        Err(error) => {
+            host.mark(format!("FATAL engine does not open: {error}"))?;
+            return Err(io::Error::other(error.to_string()));
+        }
+    };
+    let report = engine
+        .reconcile()
+        .map_err(|error| io::Error::other(error.to_string()));
+    match report {
+        Ok(report) => host.mark(format!("RECONCILED {}", json(&report)))?,
+        Err(error) => {
+            host.mark(format!("FATAL reconcile: {error}"))?;
+            return Err(error);
+        }
+    }
+    let mut rng = Rng::new(seed);
+    let planned: Vec<Option<Op>> = if teardown {
+        vec![Some(Op::Teardown)]
+    } else {
+        (0..ops).map(|_| None).collect()
+    };
+    for planned_op in planned {
+        let op = match planned_op {
+            Some(op) => op,
+            None => {
+                let managed: Vec<InstanceInfo> = engine
+                    .instances()
+                    .map(|all| all.into_iter().filter(|i| i.owner.is_some()).collect())
+                    .unwrap_or_default();
+                choose_op(&mut rng, &managed)
+            }
+        };
+        host.mark(format!("BEGIN {}", json(&op)))?;
+        let outcome = perform(&engine, &op);
+        host.mark(format!("ACK {}", json(&outcome)))?;
+    }
+    let instances = engine
+        .instances()
+        .map_err(|error| io::Error::other(error.to_string()))?;
+    host.mark(format!("INSTANCES {}", json(&instances)))?;
+    Ok(())
+}
+
+fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| format!("\"unserializable: {e}\""))
+}
+
+/// Where a round's worker is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillPlan {
+    /// After the `n`-th kernel write took effect, before its answer.
+    AfterWrite(u32),
+    /// When the `n`-th kernel write arrives, before it takes effect.
+    BeforeWrite(u32),
+    /// After this long.
+    AfterDelay(Duration),
+    /// After the first successful `remove` that follows a failed write (a rollback step).
+    InRollback,
+    /// Not killed (the checking and final rounds).
+    Never,
+}
+
+/// What the server saw in one round, in order.
+#[derive(Debug, Clone)]
+enum Event {
+    Write {
+        path: PathBuf,
+        data: Vec<u8>,
+        ok: bool,
+    },
+    Mark(String),
+}
+
+struct Round {
+    events: Vec<Event>,
+    killed: bool,
+    exit_ok: bool,
+    stderr: String,
+}
+
+/// Settings of a torture run.
+#[derive(Debug, Clone)]
+pub struct TortureConfig {
+    /// Kills to deliver.
+    pub kills: u32,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// The `torture-worker` binary.
+    pub worker: PathBuf,
+    /// Print each violation as it is found.
+    pub verbose: bool,
+}
+
+/// Figures of a torture run.
+#[derive(Debug, Clone, Default)]
+pub struct TortureReport {
+    /// Workers killed (each followed by a restart, reconcile and invariant check).
+    pub kills: u32,
+    /// Kills that landed right after a kernel write took effect.
+    pub kills_after_write: u32,
+    /// Kills that landed during a batch rollback.
+    pub kills_in_rollback: u32,
+    /// Rounds whose worker finished before its kill point.
+    pub clean_rounds: u32,
+    /// Operations acknowledged by workers.
+    pub ops_acknowledged: u32,
+    /// Operations interrupted by a kill.
+    pub ops_interrupted: u32,
+    /// Devices a kill left on the host that the state does not know (reported by reconcile
+    /// as unknown and left untouched; removed by the harness acting as the administrator).
+    pub orphans_reported: u32,
+    /// Invariant violations (target: none).
+    pub violations: Vec<String>,
+}
+
+/// The acknowledged effects the checks hold the engine to.
+#[derive(Debug, Default)]
+struct Model {
+    /// Instance → domain UUID of an acknowledged claim.
+    claims: BTreeMap<String, String>,
+    /// Instance → acknowledged weight.
+    weights: BTreeMap<String, u32>,
+    /// Every UUID we saw written to a `create` file.
+    created: BTreeSet<String>,
+}
+
+/// Runs the torture (see the module documentation).
+pub fn run(config: &TortureConfig) -> io::Result<TortureReport> {
+    let sim = SimHost::builtin(TOPOLOGY).map_err(|e| io::Error::other(e.to_string()))?;
+    let dir = tempfile_dir()?;
+    let root = dir.join("root");
+    std::fs::create_dir_all(&root)?;
+    let socket = dir.join("host.sock");
+    let listener = UnixListener::bind(&socket)?;
+    listener.set_nonblocking(true)?;
+    let boot_capacity = capacity(&sim);
+    let mut report = TortureReport::default();
+    let mut model = Model::default();
+    let mut rng = Rng::new(config.seed);
+    let mut round_number = 0u64;
+    while report.kills < config.kills {
+        round_number += 1;
+        let plan = match rng.below(100) {
+            0..=44 => KillPlan::AfterWrite(1 + rng.below(8) as u32),
+            45..=64 => KillPlan::BeforeWrite(1 + rng.below(8) as u32),
+            65..=84 => KillPlan::AfterDelay(Duration::from_millis(rng.below(60))),
+            _ => KillPlan::InRollback,
+        };
+        let ops = 2 + rng.below(10) as u32;
+        let round = run_round(
+            &sim,
+            &listener,
+            &socket,
+            &root,
+            config,
+            rng.next(),
+            ops,
+            false,
+            plan,
+            &mut rng,
+        )?;
+        if round.killed {
+            report.kills += 1;
+            match plan {
+                KillPlan::AfterWrite(_) => report.kills_after_write += 1,
+                KillPlan::InRollback => report.kills_in_rollback += 1,
+                _ => {}
+            }
+        } else if round.exit_ok {
+            report.clean_rounds += 1;
+        } else {
+            violation(
+                &mut report,
+                config,
+                format!(
+                    "round {round_number}: worker failed without being killed: {} {}",
+                    fatal_of(&round.events),
+                    round.stderr.trim()
+                ),
+            );
+        }
+        absorb(&round, &mut model, &mut report, config, round_number);
+        // Restart, reconcile and check.
+        let check = run_round(
+            &sim,
+            &listener,
+            &socket,
+            &root,
+            config,
+            0,
+            0,
+            false,
+            KillPlan::Never,
+            &mut rng,
+        )?;
+        check_round(&sim, &check, &mut model, &mut report, config, round_number);
+    }
+    // Final round: destroy everything; every type's capacity must be back.
+    let last = run_round(
+        &sim,
+        &listener,
+        &socket,
+        &root,
+        config,
+        0,
+        0,
+        true,
+        KillPlan::Never,
+        &mut rng,
+    )?;
+    absorb(&last, &mut model, &mut report, config, round_number + 1);
+    check_round(
+        &sim,
+        &last,
+        &mut model,
+        &mut report,
+        config,
+        round_number + 1,
+    );
+    if let Some(Outcome::Err { kind, message }) = outcomes(&last.events).last() {
+        violation(
+            &mut report,
+            config,
+            format!("final teardown failed: {kind}: {message}"),
+        );
+    }
+    let after = capacity(&sim);
+    for (key, boot) in &boot_capacity {
+        let now = after.get(key).cloned().unwrap_or_default();
+        if now != *boot {
+            violation(
+                &mut report,
+                config,
+                format!("capacity of {key} is {now} after teardown, {boot} at boot"),
+            );
+        }
+    }
+    if sim.vf_count() != 0 {
+        violation(
+            &mut report,
+            config,
+            format!("{} VFs left after teardown", sim.vf_count()),
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(report)
+}
+
+fn tempfile_dir() -> io::Result<PathBuf> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let dir = std::env::temp_dir().join(format!("mdev-torture-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn violation(report: &mut TortureReport, config: &TortureConfig, text: String) {
+    if config.verbose {
+        eprintln!("VIOLATION: {text}");
+    }
+    report.violations.push(text);
+}
+
+/// `available_instances` of every mdev type.
+fn capacity(sim: &SimHost) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let base = Path::new("/sys/class/mdev_bus");
+    for parent in sim.list(base).unwrap_or_default() {
+        let types = base.join(&parent).join("mdev_supported_types");
+        for type_id in sim.list(&types).unwrap_or_default() {
+            let value = sim
+                .read(&types.join(&type_id).join("available_instances"))
+                .unwrap_or_default();
+            out.insert(
+                format!("{}/{}", parent.to_string_lossy(), type_id.to_string_lossy()),
+                value.trim().to_string(),
+            );
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_round(
+    sim: &SimHost,
+    listener: &UnixListener,
+    socket: &Path,
+    root: &Path,
+    config: &TortureConfig,
+    seed: u64,
+    ops: u32,
+    teardown: bool,
+    plan: KillPlan,
+    rng: &mut Rng,
+) -> io::Result<Round> {
+    let mut command = Command::new(&config.worker);
+    command
+        .arg(socket)
+        .arg(root)
+        .arg(seed.to_string())
+        .arg(ops.to_string());
+    if teardown {
+        command.arg("teardown");
+    }
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let started = Instant::now();
+    let stream = loop {
+        match listener.accept() {
+            Ok((stream, _)) => break Some(stream),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                if child.try_wait()?.is_some() {
+                    break None;
+                }
+                if let KillPlan::AfterDelay(delay) = plan {
+                    if started.elapsed() >= delay {
+                        kill(&mut child);
+                        return finish(child, Vec::new(), true);
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Err(error) => return Err(error),
+        }
+    };
+    let Some(stream) = stream else {
+        return finish(child, Vec::new(), false);
+    };
+    serve(sim, stream, &mut child, plan, started, rng)
+}
+
+fn serve(
+    sim: &SimHost,
+    stream: UnixStream,
+    child: &mut Child,
+    plan: KillPlan,
+    started: Instant,
+    rng: &mut Rng,
+) -> io::Result<Round> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_millis(2)))?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let mut events = Vec::new();
+    let mut writes = 0u32;
+    let mut failed_write_seen = false;
+    let mut batch_fault = None;
+    let mut line = String::new();
+    loop {
+        if let KillPlan::AfterDelay(delay) = plan {
+            if started.elapsed() >= delay {
+                kill(child);
+                return finish_owned(child, events, true);
+            }
+        }
+        match reader.read_line(&mut line) {
+            Ok(0) => return finish_owned(child, events, false),
+            Ok(_) => {}
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            Err(_) => return finish_owned(child, events, false),
+        }
+        let request: Request = match serde_json::from_str(&line) {
+            Ok(request) => request,
+            Err(_) => return finish_owned(child, events, false),
+        };
+        line.clear();
+        if let Request::Mark { line: mark } = &request {
+            if let Some(op) = mark.strip_prefix("BEGIN ") {
+                // A batch may get its last create failed, so that it rolls back.
+                if let Ok(Op::CreateBatch { items }) = serde_json::from_str::<Op>(op) {
+                    if plan == KillPlan::InRollback || rng.chance(25) {
+                        if let Some((_, type_id)) = items.last() {
+                            batch_fault = Some(sim.inject_fault(
+                                Fault::fail(format!("*/{type_id}/create"), libc::EIO).times(1),
+                            ));
+                        }
+                    }
+                }
+            }
+            if mark.starts_with("ACK ") {
+                if batch_fault.take().is_some() {
+                    sim.clear_faults();
+                }
+            }
+            events.push(Event::Mark(mark.clone()));
+        }
+        if let Request::Write { path, data } = &request {
+            writes += 1;
+            let remove = path.ends_with("remove");
+            if plan == KillPlan::BeforeWrite(writes) {
+                kill(child);
+                return finish_owned(child, events, true);
+            }
+            let response = answer(sim, &request);
+            let ok = matches!(response, Response::Done);
+            events.push(Event::Write {
+                path: path.clone(),
+                data: data.clone(),
+                ok,
+            });
+            let in_rollback = plan == KillPlan::InRollback && failed_write_seen && remove && ok;
+            failed_write_seen |= !ok;
+            if plan == KillPlan::AfterWrite(writes) || in_rollback {
+                kill(child);
+                if batch_fault.take().is_some() {
+                    sim.clear_faults();
+                }
+                return finish_owned(child, events, true);
+            }
+            respond(&mut writer, &response)?;
+            continue;
+        }
+        let response = answer(sim, &request);
+        if respond(&mut writer, &response).is_err() {
+            return finish_owned(child, events, false);
+        }
+    }
+}
+
+fn respond(writer: &mut UnixStream, response: &Response) -> io::Result<()> {
+    let mut out = serde_json::to_vec(response).map_err(io::Error::other)?;
+    out.push(b'\n');
+    writer.write_all(&out)
+}
+
+fn kill(child: &mut Child) {
+    // SAFETY: kill(2) on our own child, not yet reaped (we wait for it right after).
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGKILL);
+    }
+}
+
+fn finish_owned(child: &mut Child, events: Vec<Event>, killed: bool) -> io::Result<Round> {
+    let status = child.wait()?;
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        use std::io::Read;
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    Ok(Round {
+        events,
+        killed,
+        exit_ok: status.success(),
+        stderr,
+    })
+}
+
+fn finish(mut child: Child, events: Vec<Event>, killed: bool) -> io::Result<Round> {
+    finish_owned(&mut child, events, killed)
+}
+
+fn marks(events: &[Event]) -> impl Iterator<Item = &str> {
+    events.iter().filter_map(|e| match e {
+        Event::Mark(m) => Some(m.as_str()),
+        Event::Write { .. } => None,
+    })
+}
+
+fn outcomes(events: &[Event]) -> Vec<Outcome> {
+    marks(events)
+        .filter_map(|m| m.strip_prefix("ACK "))
+        .filter_map(|j| serde_json::from_str(j).ok())
+        .collect()
+}
+
+fn fatal_of(events: &[Event]) -> String {
+    marks(events)
+        .find(|m| m.starts_with("FATAL"))
+        .unwrap_or("")
+        .to_string()
+}
+
+fn created_uuid(path: &Path, data: &[u8]) -> Option<String> {
+    path.ends_with("create")
+        .then(|| String::from_utf8_lossy(data).trim().to_lowercase())
+}
+
+fn removed_uuid(path: &Path) -> Option<String> {
+    if !path.ends_with("remove") {
+        return None;
+    }
+    path.parent()
+        .and_then(Path::file_name)
+        .map(|name| name.to_string_lossy().to_lowercase())
+}
+
+/// Folds a killed (or finished) round's acknowledged operations into the model, checks that no
+/// operation created more devices than it asked for, and forgets what the interrupted
+/// operation may have changed.
+fn absorb(
+    round: &Round,
+    model: &mut Model,
+    report: &mut TortureReport,
+    config: &TortureConfig,
+    round_number: u64,
+) {
+    let mut current: Option<Op> = None;
+    let mut net_created: BTreeSet<String> = BTreeSet::new();
+    for event in &round.events {
+        match event {
+            Event::Write {
+                path,
+                data,
+                ok: true,
+            } => {
+                if let Some(uuid) = created_uuid(path, data) {
+                    model.created.insert(uuid.clone());
+                    if !net_created.insert(uuid.clone()) {
+                        violation(
+                            report,
+                            config,
+                            format!("round {round_number}: {uuid} created twice in one operation"),
+                        );
+                    }
+                } else if let Some(uuid) = removed_uuid(path) {
+                    net_created.remove(&uuid);
+                }
+            }
+            Event::Write { .. } => {}
+            Event::Mark(mark) => {
+                if let Some(op) = mark.strip_prefix("BEGIN ") {
+                    current = serde_json::from_str(op).ok();
+                    net_created.clear();
+                } else if let Some(outcome) = mark.strip_prefix("ACK ") {
+                    report.ops_acknowledged += 1;
+                    let outcome: Option<Outcome> = serde_json::from_str(outcome).ok();
+                    if let (Some(op), Some(outcome)) = (current.take(), outcome) {
+                        let asked = match &op {
+                            Op::CreateMdev { .. } | Op::Claim { .. } => 1,
+                            Op::CreateBatch { items } => items.len(),
+                            _ => 0,
+                        };
+                        if net_created.len() > asked {
+                            violation(
+                                report,
+                                config,
+                                format!(
+                                    "round {round_number}: {op:?} left {} new mdevs, asked for {asked}",
+                                    net_created.len()
+                                ),
+                            );
+                        }
+                        if let Outcome::Err { kind, message } = &outcome {
+                            if message.trim().is_empty() || kind.is_empty() {
+                                violation(
+                                    report,
+                                    config,
+                                    format!("round {round_number}: untyped error for {op:?}"),
+                                );
+                            }
+                        }
+                        apply(model, &op, &outcome);
+                    }
+                }
+            }
+        }
+    }
+    if let Some(op) = current {
+        report.ops_interrupted += 1;
+        forget(model, &op);
+    }
+}
+
+fn apply(model: &mut Model, op: &Op, outcome: &Outcome) {
+    let Outcome::Ok { uuids } = outcome else {
+        return;
+    };
+    match op {
+        Op::CreateMdev {
+            weight: Some(weight),
+            ..
+        } => {
+            for uuid in uuids {
+                model.weights.insert(uuid.clone(), *weight);
+            }
+        }
+        Op::Claim { domain, .. } => {
+            for uuid in uuids {
+                model.claims.insert(uuid.clone(), domain.clone());
+            }
+        }
+        Op::Release { domain } => model.claims.retain(|_, d| d != domain),
+        Op::Destroy { uuid, .. } => {
+            model.claims.remove(uuid);
+            model.weights.remove(uuid);
+        }
+        Op::SetWeight { uuid, weight } => {
+            model.weights.insert(uuid.clone(), *weight);
+        }
+        Op::Teardown => {
+            model.claims.clear();
+            model.weights.clear();
+        }
+        _ => {}
+    }
+}
+
+/// An interrupted operation may or may not have taken effect: stop holding the engine to the
+/// values it could have changed (the next check learns the outcome).
+fn forget(model: &mut Model, op: &Op) {
+    match op {
+        Op::Release { domain } => model.claims.retain(|_, d| d != domain),
+        Op::Destroy { uuid, .. } | Op::SetWeight { uuid, .. } => {
+            model.claims.remove(uuid);
+            model.weights.remove(uuid);
+        }
+        Op::SetNumVfs { .. } | Op::Teardown => {
+            model.claims.clear();
+            model.weights.clear();
+        }
+        _ => {}
+    }
+}
+
+fn check_round(
+    sim: &SimHost,
+    round: &Round,
+    model: &mut Model,
+    report: &mut TortureReport,
+    config: &TortureConfig,
+    round_number: u64,
+) {
+    for event in &round.events {
+        if let Event::Write {
+            path,
+            data,
+            ok: true,
+        } = event
+        {
+            if let Some(uuid) = created_uuid(path, data) {
+                model.created.insert(uuid);
+            }
+        }
+    }
+    let mut fail =
+        |text: String| violation(report, config, format!("round {round_number}: {text}"));
+    if !round.exit_ok {
+        fail(format!(
+            "restart failed: {} {}",
+            fatal_of(&round.events),
+            round.stderr.trim()
+        ));
+        return;
+    }
+    let reconcile: Option<ReconcileReport> = marks(&round.events)
+        .find_map(|m| m.strip_prefix("RECONCILED "))
+        .and_then(|j| serde_json::from_str(j).ok());
+    let instances: Option<Vec<InstanceInfo>> = marks(&round.events)
+        .find_map(|m| m.strip_prefix("INSTANCES "))
+        .and_then(|j| serde_json::from_str(j).ok());
+    let (Some(reconcile), Some(instances)) = (reconcile, instances) else {
+        fail("restart logged no reconcile report or instance list".into());
+        return;
+    };
+    let unknown: BTreeSet<String> = reconcile
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            ReconcileAction::Unknown { id, .. } => Some(id.to_lowercase()),
+            _ => None,
+        })
+        .collect();
+    let recreate_failed: BTreeSet<String> = reconcile
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            ReconcileAction::RecreateFailed { uuid, .. } => Some(uuid.clone()),
+            _ => None,
+        })
+        .collect();
+    let managed: BTreeMap<String, &InstanceInfo> = instances
+        .iter()
+        .filter(|i| i.owner.is_some())
+        .map(|i| (i.uuid.clone(), i))
+        .collect();
+    // Every instance the state says exists exists.
+    for info in managed.values() {
+        let should_exist = !info.persistent || info.autostart;
+        if should_exist && !info.active && !recreate_failed.contains(&info.uuid) {
+            fail(format!(
+                "state holds {} ({:?}, {}) but it does not exist on the host",
+                info.uuid, info.kind, info.type_id
+            ));
+        }
+    }
+    // Every mdev on the host is in the state or reported; ours are never lost silently.
+    let mut orphans = Vec::new();
+    for uuid in sim.mdev_uuids() {
+        let uuid = uuid.to_lowercase();
+        if managed.contains_key(&uuid) {
+            continue;
+        }
+        if unknown.contains(&uuid) {
+            if model.created.contains(&uuid) {
+                orphans.push(uuid);
+            } else {
+                fail(format!("{uuid} exists but nobody created it"));
+            }
+        } else {
+            fail(format!(
+                "{uuid} is on the host but neither managed nor reported"
+            ));
+        }
+    }
+    // No two records own the same VF.
+    let mut vfs = BTreeSet::new();
+    for info in managed.values() {
+        if let Some(vf) = info.vf {
+            if !vfs.insert(vf) {
+                fail(format!("VF {vf} is held by two instances"));
+            }
+        }
+    }
+    // No acknowledged claim or weight is lost.
+    for (uuid, domain) in &model.claims {
+        match managed.get(uuid) {
+            Some(info) if info.claim.as_ref().map(|c| c.domain_uuid.as_str()) == Some(domain) => {}
+            Some(info) => fail(format!(
+                "claim of {uuid} by {domain} lost (now {:?})",
+                info.claim
+            )),
+            None => fail(format!("claimed instance {uuid} (by {domain}) lost")),
+        }
+    }
+    for (uuid, weight) in &model.weights {
+        if let Some(info) = managed.get(uuid) {
+            if info.scheduling.weight != Some(*weight) {
+                fail(format!(
+                    "weight of {uuid} is {:?}, acknowledged {weight}",
+                    info.scheduling.weight
+                ));
+            }
+        }
+    }
+    // Re-learn the truth (interrupted operations resolved one way or the other).
+    model.claims = managed
+        .values()
+        .filter_map(|i| {
+            i.claim
+                .as_ref()
+                .map(|c| (i.uuid.clone(), c.domain_uuid.clone()))
+        })
+        .collect();
+    model.weights = managed
+        .values()
+        .filter_map(|i| i.scheduling.weight.map(|w| (i.uuid.clone(), w)))
+        .collect();
+    // The administrator removes what a kill orphaned (the manager leaves unknown devices
+    // alone), so capacity is not eaten round after round.
+    report.orphans_reported += orphans.len() as u32;
+    for uuid in orphans {
+        let _ = sim.write(
+            &Path::new("/sys/bus/mdev/devices")
+                .join(&uuid)
+                .join("remove"),
+            b"1",
+        );
+    }
+}
