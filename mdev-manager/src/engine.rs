@@ -991,13 +991,43 @@ impl Engine {
         let parent_lock = self.parent_lock(&address.to_string());
         let _serialized = lock(&parent_lock);
         let enabled = self.set_num_vfs_locked(address, num_vfs, options)?;
-        self.update_state(|state| {
+        // A forced change can take VFs that carried instances: transient ones are gone for
+        // good; persistent ones stay defined (and unclaimed) for a later start.
+        let (forgotten, stopped) = self.update_state(|state| {
             state
                 .parents
                 .entry(address.to_string())
                 .or_default()
                 .num_vfs = (num_vfs > 0).then_some(num_vfs);
+            let lost: Vec<(String, bool)> = state
+                .instances
+                .values()
+                .filter(|r| {
+                    r.vf.is_some_and(|vf| !enabled.contains(&vf)) && r.parent == address.to_string()
+                })
+                .map(|r| (r.uuid.clone(), r.persistent))
+                .collect();
+            let mut forgotten = Vec::new();
+            let mut stopped = Vec::new();
+            for (uuid, persistent) in lost {
+                if persistent {
+                    if let Some(record) = state.instances.get_mut(&uuid) {
+                        record.claim = None;
+                    }
+                    stopped.push(uuid);
+                } else {
+                    state.instances.remove(&uuid);
+                    forgotten.push(uuid);
+                }
+            }
+            (forgotten, stopped)
         })?;
+        for uuid in forgotten {
+            self.emit(EngineEvent::InstanceRemoved { uuid });
+        }
+        for uuid in stopped {
+            self.emit(EngineEvent::InstanceChanged { uuid });
+        }
         self.emit(EngineEvent::ParentChanged {
             parent: address.to_string(),
         });

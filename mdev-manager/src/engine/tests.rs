@@ -1434,3 +1434,42 @@ fn the_engine_scenarios_pass_on_the_simulated_vm_tier_guest() {
     );
     assert_eq!(sim.vf_count(), 0);
 }
+
+#[test]
+fn forcing_vfs_away_forgets_their_transient_instances() {
+    let s = setup("samples");
+    s.engine
+        .set_num_vfs(NVME, 2, DestroyOptions::default())
+        .unwrap();
+    let transient = s
+        .engine
+        .create(CreateRequest::new(CreateTarget::Vf {
+            pf: NVME.into(),
+            vf: None,
+        }))
+        .unwrap();
+    let kept = s
+        .engine
+        .create(CreateRequest {
+            persistent: true,
+            ..CreateRequest::new(CreateTarget::Vf {
+                pf: NVME.into(),
+                vf: None,
+            })
+        })
+        .unwrap();
+    s.engine
+        .set_num_vfs(NVME, 0, DestroyOptions { force: true })
+        .unwrap();
+    assert_eq!(s.sim.vf_count(), 0);
+    assert_eq!(
+        s.engine.instance(&transient.uuid).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert!(!s.engine.instance(&kept.uuid).unwrap().active);
+    // Enabling again and starting the definition binds its VF back.
+    s.engine
+        .set_num_vfs(NVME, 2, DestroyOptions::default())
+        .unwrap();
+    assert!(s.engine.start(&kept.uuid).unwrap().active);
+}
