@@ -13,6 +13,7 @@ pub mod hotplug;
 pub mod import;
 pub mod lifecycle;
 pub mod reconcile;
+pub mod schedule;
 pub mod sim;
 pub mod state;
 

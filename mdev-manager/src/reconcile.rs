@@ -21,6 +21,10 @@ impl Engine {
         self.process_pending_releases(&mut report);
         self.restore_vf_counts(&mut report);
         self.reconcile_instances(&mut report)?;
+        // Weights and policies last: GIM's slices need the VFs recreated above.
+        for line in self.apply_schedules() {
+            tracing::info!(target: "reconcile", "schedule: {line}");
+        }
         Ok(report)
     }
 
