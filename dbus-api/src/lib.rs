@@ -10,6 +10,7 @@ pub mod hostdev;
 pub mod names;
 pub mod path;
 pub mod proxy;
+pub mod schedule;
 pub mod wire;
 
 pub use error::{BusError, ClientError, ErrorKind};
