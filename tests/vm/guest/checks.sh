@@ -131,10 +131,16 @@ sriov_bind_vf0() {
 group_probe() {
   check probe.kvm_amd probe_load_kvm
   local uuid
-  uuid="$(create_mdev mtty mtty-1)" && check probe.mtty probe_all_ok "$uuid" ||
+  if uuid="$(create_mdev mtty mtty-1)"; then
+    check probe.mtty probe_all_ok "$uuid"
+  else
     fail probe.mtty "cannot create an mtty-1 mdev"
-  uuid="$(create_mdev mbochs mbochs-small)" && check probe.mbochs probe_all_ok "$uuid" ||
+  fi
+  if uuid="$(create_mdev mbochs mbochs-small)"; then
+    check probe.mbochs probe_all_ok "$uuid"
+  else
     fail probe.mbochs "cannot create an mbochs-small mdev"
+  fi
   local vf
   if vf="$(ensure_vf_bound)"; then
     check probe.nvme_vf probe_all_ok "$vf"
@@ -277,6 +283,174 @@ held_numvfs_zero() {
   [ ! -e "/sys/bus/pci/devices/$pf/virtfn0" ] || { echo "virtfn0 still present"; return 1; }
   expect_equal "sriov_numvfs of $pf" 0 "$(cat "/sys/bus/pci/devices/$pf/sriov_numvfs")" >/dev/null || return 1
   echo "sriov_numvfs=0 with $vf held blocked >= 2 s, completed after the close"
+}
+
+# The product on the real kernel: a system bus, the daemon on the real sysfs, vgpuctl creating
+# from the built-in sample profiles, a foreign mdev left alone, reconcile after a kill -9,
+# SR-IOV through the service, and udev hotplug of a parent driver.
+group_product() {
+  if [ ! -x "$bin/mdev-manager" ] || [ ! -x "$bin/vgpuctl" ]; then
+    skip product "mdev-manager or vgpuctl is not built"
+    return
+  fi
+  remove_all_mdevs
+  modprobe mtty && modprobe mbochs count=64 && modprobe mdpy count=4 && modprobe nvme
+  check product.system_bus product_start_bus || return
+  check product.udevd product_start_udevd
+  check product.daemon_start product_start_daemon
+  if ! running "$(recall daemon_pid)"; then
+    fail product.daemon "the daemon is not running; see daemon.log"
+    return
+  fi
+  check product.parents product_parents
+  check product.create_from_profile product_create
+  check product.no_capacity_changes_nothing product_no_capacity
+  check product.foreign_mdev_left_alone product_foreign
+  check product.reconcile_after_kill product_reconcile
+  check product.sriov_through_service product_sriov
+  check product.hotplug_parent product_hotplug
+  check product.destroy_all product_destroy_all
+  product_stop
+}
+
+vgpuctl() { timeout 60 "$bin/vgpuctl" --no-ask "$@"; }
+
+product_start_bus() {
+  mkdir -p /run/dbus /etc/dbus-1/system.d
+  # The overlay root is the guest's own: installing the policy file touches nothing on the host.
+  cp "$here/../../../packaging/dbus/org.mdevmanager.VGpu1.conf" /etc/dbus-1/system.d/ || return 1
+  dbus-daemon --system --fork || return 1
+  wait_until 10 test -S /run/dbus/system_bus_socket || { echo "no /run/dbus/system_bus_socket"; return 1; }
+  echo "dbus-daemon --system running with the service's policy"
+}
+
+product_start_udevd() {
+  [ -x /lib/systemd/systemd-udevd ] || { echo "no systemd-udevd on the host (package udev)"; return 1; }
+  mkdir -p /run/udev
+  /lib/systemd/systemd-udevd --daemon || return 1
+  echo "systemd-udevd running"
+}
+
+# start_daemon: starts mdev-manager on the real host and waits until it answers.
+start_daemon() {
+  NO_COLOR=1 "$bin/mdev-manager" >>"$out/daemon.log" 2>&1 &
+  remember daemon_pid $!
+  wait_until 30 eval 'vgpuctl status >/dev/null 2>&1' || { echo "the daemon did not answer within 30 s"; return 1; }
+}
+
+product_start_daemon() {
+  start_daemon || return 1
+  echo "mdev-manager (pid $(recall daemon_pid)) answers vgpuctl status"
+}
+
+product_stop() {
+  local pid
+  pid="$(recall daemon_pid)"
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait_until 10 eval '! running '"$pid"
+  remove_all_mdevs
+}
+
+parent_names() {
+  vgpuctl --json parents | python3 -c 'import json,sys; print(" ".join(sorted(p["name"] for p in json.load(sys.stdin))))'
+}
+
+product_parents() {
+  local names
+  names="$(parent_names)" || return 1
+  for want in mtty mbochs mdpy; do
+    [[ " $names " == *" $want "* ]] || { echo "parent $want not listed: $names"; return 1; }
+  done
+  echo "parents: $names"
+}
+
+count_mdevs() { ls /sys/bus/mdev/devices | wc -l; }
+
+product_create() {
+  local uuids uuid
+  uuids="$(vgpuctl create mbochs-small --count 2)" || { echo "create failed: $uuids"; return 1; }
+  [ "$(wc -l <<<"$uuids")" = 2 ] || { echo "expected 2 UUIDs, got: $uuids"; return 1; }
+  for uuid in $uuids; do
+    [ "$(basename "$(readlink "/sys/bus/mdev/devices/$uuid/mdev_type" 2>/dev/null)")" = mbochs-small ] ||
+      { echo "$uuid is not an mbochs-small mdev in sysfs"; return 1; }
+  done
+  echo "2 x mbochs-small: $(tr '\n' ' ' <<<"$uuids")"
+}
+
+product_no_capacity() {
+  local before after output status=0
+  before="$(count_mdevs)"
+  # 8 of 64 MB are taken: mbochs-large (64 MB) cannot fit.
+  output="$(vgpuctl create mbochs-large 2>&1)" || status=$?
+  after="$(count_mdevs)"
+  [ "$status" = 4 ] || { echo "expected exit 4 (no capacity), got $status: $output"; return 1; }
+  [ "$before" = "$after" ] || { echo "mdev count changed from $before to $after"; return 1; }
+  echo "exit 4: $(head -n1 <<<"$output")"
+}
+
+product_foreign() {
+  local uuid output status=0
+  uuid="$(create_mdev mtty mtty-1)" || return 1
+  remember foreign_uuid "$uuid"
+  output="$(vgpuctl destroy "$uuid" 2>&1)" || status=$?
+  [ "$status" != 0 ] || { echo "vgpuctl destroyed $uuid, which the service did not create"; return 1; }
+  [ -d "/sys/bus/mdev/devices/$uuid" ] || { echo "$uuid vanished"; return 1; }
+  echo "destroy of hand-made $uuid refused (exit $status): $(head -n1 <<<"$output")"
+}
+
+product_reconcile() {
+  local uuid
+  uuid="$(vgpuctl create mbochs-small --autostart)" || { echo "create --autostart failed: $uuid"; return 1; }
+  local pid
+  pid="$(recall daemon_pid)"
+  kill -9 "$pid"
+  wait_until 10 eval '! running '"$pid" || { echo "the daemon survived kill -9"; return 1; }
+  # While the service is down its persistent instance disappears.
+  echo 1 >"/sys/bus/mdev/devices/$uuid/remove"
+  start_daemon || return 1
+  wait_until 30 test -d "/sys/bus/mdev/devices/$uuid" ||
+    { echo "autostart instance $uuid was not recreated after the restart"; return 1; }
+  local foreign
+  foreign="$(recall foreign_uuid)"
+  [ -z "$foreign" ] || [ -d "/sys/bus/mdev/devices/$foreign" ] || { echo "reconcile removed the foreign $foreign"; return 1; }
+  vgpuctl show "$uuid" >/dev/null || { echo "vgpuctl show $uuid failed after the restart"; return 1; }
+  echo "killed -9, removed $uuid behind its back, restarted: recreated; foreign mdev kept"
+}
+
+product_sriov() {
+  local pf output
+  pf="$(nvme_pf)" || return 1
+  echo 0 >"/sys/bus/pci/devices/$pf/sriov_numvfs"
+  output="$(vgpuctl sriov "$pf" --vfs 2 2>&1)" || { echo "vgpuctl sriov $pf --vfs 2: $output"; return 1; }
+  [ "$(cat "/sys/bus/pci/devices/$pf/sriov_numvfs")" = 2 ] || { echo "sriov_numvfs is not 2"; return 1; }
+  [ -L "/sys/bus/pci/devices/$pf/virtfn1" ] || { echo "no virtfn1"; return 1; }
+  output="$(vgpuctl sriov "$pf" --vfs 0 2>&1)" || { echo "vgpuctl sriov $pf --vfs 0: $output"; return 1; }
+  [ "$(cat "/sys/bus/pci/devices/$pf/sriov_numvfs")" = 0 ] || { echo "sriov_numvfs is not 0"; return 1; }
+  echo "the service set $pf to 2 VFs and back to 0"
+}
+
+product_hotplug() {
+  rmmod mdpy || { echo "rmmod mdpy failed"; return 1; }
+  wait_until 20 eval '[[ " $(parent_names) " != *" mdpy "* ]]' ||
+    { echo "mdpy still listed 20 s after rmmod: $(parent_names)"; return 1; }
+  modprobe mdpy count=4 || return 1
+  wait_until 20 eval '[[ " $(parent_names) " == *" mdpy "* ]]' ||
+    { echo "mdpy not listed 20 s after modprobe: $(parent_names)"; return 1; }
+  echo "rmmod/modprobe mdpy seen by the running service"
+}
+
+product_destroy_all() {
+  local uuids output foreign
+  foreign="$(recall foreign_uuid)"
+  foreign="${foreign:-none}"
+  uuids="$(vgpuctl --json list | python3 -c 'import json,sys; print(" ".join(i["uuid"] for i in json.load(sys.stdin) if i.get("owner") != "foreign"))')" || return 1
+  uuids="$(tr ' ' '\n' <<<"$uuids" | grep -v "^$foreign\$" | tr '\n' ' ')"
+  # shellcheck disable=SC2086
+  output="$(vgpuctl destroy $uuids 2>&1)" || { echo "destroy $uuids: $output"; return 1; }
+  local left
+  left="$(ls /sys/bus/mdev/devices | grep -v "^$foreign\$" | tr '\n' ' ')"
+  [ -z "$left" ] || { echo "left behind: $left"; return 1; }
+  [ -d "/sys/bus/mdev/devices/$foreign" ] || { echo "the foreign mdev went too"; return 1; }
+  echo "destroyed $uuids; only the foreign mdev remains"
 }
 
 # Unloading a parent driver takes its mdevs with it, and only its own.

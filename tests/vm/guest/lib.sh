@@ -4,7 +4,8 @@ pass() { printf 'PASS\t%s\t%s\n' "$1" "${2:-}" >>"$results"; echo "vmtier: ok   
 fail() { printf 'FAIL\t%s\t%s\n' "$1" "$2" >>"$results"; echo "vmtier: FAIL $1: $2"; }
 skip() { printf 'SKIP\t%s\t%s\n' "$1" "$2" >>"$results"; echo "vmtier: skip $1: $2"; }
 
-# check NAME COMMAND...: PASS when the command succeeds; its last output line is the detail.
+# check NAME COMMAND...: PASS when the command succeeds (its last output line is the detail),
+# FAIL with the whole output otherwise; returns the command's success.
 check() {
   local name="$1" output
   shift
@@ -12,6 +13,7 @@ check() {
     pass "$name" "$(tail -n1 <<<"$output")"
   else
     fail "$name" "$(tr '\n' ' ' <<<"$output")"
+    return 1
   fi
 }
 
@@ -116,7 +118,10 @@ release_holder() {
   wait "$HOLDER_PID" 2>/dev/null
 }
 
-running() { kill -0 "$1" 2>/dev/null; }
+# running PID: alive and not a zombie (this script is PID 1, so orphans end up as its children).
+running() {
+  [ -n "$1" ] && [ -r "/proc/$1/stat" ] && [ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
 
 present() { if [ -e "$1" ]; then echo present; else echo absent; fi; }
 
@@ -136,3 +141,9 @@ ensure_vf_bound() {
   fi
   echo "$vf"
 }
+
+# Checks run in a subshell (check captures their output), so what one check learns for a later
+# one is kept in files: remember NAME VALUE / recall NAME.
+state_dir=/run/vmtier-state
+remember() { mkdir -p "$state_dir" && printf '%s\n' "$2" >"$state_dir/$1"; }
+recall() { cat "$state_dir/$1" 2>/dev/null; }
