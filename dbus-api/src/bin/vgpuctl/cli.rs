@@ -118,6 +118,37 @@ pub enum Command {
         /// UUID.
         uuid: String,
     },
+    /// Set an instance's scheduling weight, and optionally its guarantee and cap.
+    Weight {
+        /// UUID.
+        uuid: String,
+        /// Weight 1..=10000 (default 100), proportional among the parent's instances.
+        weight: u32,
+        /// Guarantee in percent of the GPU (`25`, `12.5%`; `none` clears it).
+        #[arg(long)]
+        min: Option<String>,
+        /// Cap in percent of the GPU (`none` clears it).
+        #[arg(long)]
+        max: Option<String>,
+    },
+    /// Set a parent's scheduling policy, period or time slice; `schedule show` lists them.
+    #[command(args_conflicts_with_subcommands = true)]
+    Schedule {
+        /// `show`.
+        #[command(subcommand)]
+        action: Option<ScheduleAction>,
+        /// Parent name or PCI address.
+        parent: Option<String>,
+        /// Policy.
+        #[arg(long, value_parser = ["best-effort", "equal-share", "fixed-share", "weighted"])]
+        policy: Option<String>,
+        /// Period (`100ms`, `20ms`, `1s`).
+        #[arg(long)]
+        period: Option<String>,
+        /// Longest run before a switch (`2ms`, `500us`; `default` for the backend's own).
+        #[arg(long)]
+        slice: Option<String>,
+    },
     /// Show what the caller may do (per polkit action: yes, auth, no).
     Permissions,
     /// Show the service version, features and the last reconcile report.
@@ -130,6 +161,19 @@ pub enum Command {
         /// Directory to write into.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
+    },
+}
+
+/// `vgpuctl schedule` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ScheduleAction {
+    /// Show weights, shares and policies as a table (or JSON), or one period as a picture.
+    Show {
+        /// Only this parent.
+        parent: Option<String>,
+        /// Draw one period of the parent's plan as an SVG timeline into FILE.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
     },
 }
 

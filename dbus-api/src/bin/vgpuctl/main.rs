@@ -3,6 +3,7 @@
 
 mod cli;
 mod events;
+mod schedule;
 mod table;
 
 use std::collections::HashMap;
@@ -16,7 +17,7 @@ use dbus_api::{path, BusTarget, ClientError, ErrorKind};
 use futures_util::StreamExt;
 use zbus::{Connection, Variant};
 
-use cli::{Cli, Command, GenerateWhat};
+use cli::{Cli, Command, GenerateWhat, ScheduleAction};
 
 /// Exit status when the service (or the bus) cannot be reached (sysexits' EX_UNAVAILABLE).
 const EXIT_UNAVAILABLE: u8 = 69;
@@ -420,6 +421,54 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             for line in report {
                 println!("  {line}");
             }
+        }
+        Command::Weight {
+            uuid,
+            weight,
+            min,
+            max,
+        } => {
+            schedule::weight(
+                &connection,
+                options(&cli),
+                uuid,
+                *weight,
+                min.as_deref(),
+                max.as_deref(),
+                json,
+            )
+            .await?;
+        }
+        Command::Schedule {
+            action: Some(ScheduleAction::Show { parent, svg }),
+            ..
+        } => {
+            schedule::show(&connection, parent.as_deref(), svg.as_deref(), json).await?;
+        }
+        Command::Schedule {
+            action: None,
+            parent,
+            policy,
+            period,
+            slice,
+        } => {
+            let Some(parent) = parent else {
+                return Err(failure(
+                    ErrorKind::InvalidArgs,
+                    "name a parent (vgpuctl schedule PARENT --policy ...) or use `schedule show`"
+                        .into(),
+                ));
+            };
+            schedule::set_policy(
+                &connection,
+                options(&cli),
+                parent,
+                policy.as_deref(),
+                period.as_deref(),
+                slice.as_deref(),
+                json,
+            )
+            .await?;
         }
         Command::Events { count } => {
             events::follow(&connection, json, *count).await?;
