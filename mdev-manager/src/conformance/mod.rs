@@ -287,13 +287,26 @@ impl Runner {
         }
     }
 
+    /// Starts a read on its own thread (it may block behind a device lock).
+    fn start_read(&self, path: &str) -> std::sync::mpsc::Receiver<io::Result<String>> {
+        let (done_tx, done_rx) = channel();
+        let host = Arc::clone(&self.host);
+        let target = PathBuf::from(path);
+        std::thread::spawn(move || {
+            let _ = done_tx.send(host.read(&target));
+        });
+        done_rx
+    }
+
     /// Runs a write on its own thread; `blocks` if it has not returned within `block_wait`.
-    /// Then `release` runs and the write must finish within `release_wait`.
+    /// While it blocks, `while_blocked` looks at the host; then `release` runs and the write
+    /// must finish within `release_wait`.
     fn blocking_write(
         &mut self,
         step: &str,
         path: &str,
         data: &'static [u8],
+        while_blocked: impl FnOnce(&mut Runner),
         release: impl FnOnce(),
     ) {
         let (done_tx, done_rx) = channel();
@@ -308,6 +321,9 @@ impl Runner {
         };
         let blocked = first == Outcome::Blocks;
         self.record(step, Outcome::Blocks, first);
+        if blocked {
+            while_blocked(self);
+        }
         release();
         if blocked {
             let after = match done_rx.recv_timeout(self.options.release_wait) {

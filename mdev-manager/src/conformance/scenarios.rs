@@ -335,10 +335,64 @@ fn scenario_remove_held(r: &mut Runner) {
         targets.iter().any(|t| t == "anon_inode:[vfio-device]"),
         libc::ENOENT,
     );
+    let remove = format!("{}/remove", device.display());
+    let device_text = device.display().to_string();
+    // The device's own directory under its parent (the bus link goes first on removal).
+    let device_dir = r
+        .host
+        .read_link(&device)
+        .ok()
+        .map(|target| normalize(&Path::new(MDEV_DEVICES).join(target)));
     r.blocking_write(
         "remove while held",
-        &format!("{}/remove", device.display()),
+        &remove,
         b"1",
+        |r| {
+            // device_remove_file_self(): the attribute goes before the removal waits.
+            r.check(
+                "remove attribute gone while blocked",
+                !r.host.exists(Path::new(&remove)),
+                libc::EEXIST,
+            );
+            // device_del(): attributes, bus link and driver links go before the vendor
+            // remove() waits; the directory with its group link and vfio-dev stays.
+            r.check(
+                "bus link gone while blocked",
+                !r.host.exists(Path::new(&device_text)),
+                libc::EEXIST,
+            );
+            let dir = device_dir.clone().unwrap_or_default();
+            r.check(
+                "device directory still present while blocked",
+                r.host.is_dir(Path::new(&dir)),
+                libc::ENOENT,
+            );
+            r.check(
+                "iommu_group link still present while blocked",
+                r.host.exists(Path::new(&format!("{dir}/iommu_group"))),
+                libc::ENOENT,
+            );
+            r.check(
+                "vfio-dev still present while blocked",
+                r.host.is_dir(Path::new(&format!("{dir}/vfio-dev"))),
+                libc::ENOENT,
+            );
+            r.check(
+                "driver link gone while blocked",
+                !r.host.exists(Path::new(&format!("{dir}/driver"))),
+                libc::EEXIST,
+            );
+            r.check(
+                "mdev_type link gone while blocked",
+                !r.host.exists(Path::new(&format!("{dir}/mdev_type"))),
+                libc::EEXIST,
+            );
+            r.check(
+                "vendor attributes gone while blocked",
+                !r.host.exists(Path::new(&format!("{dir}/vendor"))),
+                libc::EEXIST,
+            );
+        },
         move || drop(held),
     );
     r.check(
@@ -346,6 +400,21 @@ fn scenario_remove_held(r: &mut Runner) {
         !r.device_exists(&uuid),
         libc::EEXIST,
     );
+}
+
+/// Resolves `.` and `..` in an absolute path without touching the host.
+fn normalize(path: &Path) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::ParentDir => {
+                parts.pop();
+            }
+            std::path::Component::Normal(part) => parts.push(part.to_string_lossy().into_owned()),
+            _ => {}
+        }
+    }
+    format!("/{}", parts.join("/"))
 }
 
 /// Every `/proc/<pid>/fd/<n>` link target on the host, the way the engine looks for holders.
@@ -528,12 +597,69 @@ fn scenario_sriov(r: &mut Runner) {
             match r.holder.hold(Path::new(&vf_dir)) {
                 Ok(held) => {
                     r.record("hold the VF's VFIO device", Outcome::Ok, Outcome::Ok);
+                    let mut pending_read = None;
+                    let pf_base = base.clone();
+                    let numvfs_path = numvfs.clone();
+                    let vf_path = vf_dir.clone();
                     r.blocking_write(
                         "sriov_numvfs=0 while a VF is held",
                         &numvfs,
                         b"0",
+                        |r| {
+                            // sriov_disable() went VF by VF: the held VF's links are gone,
+                            // its directory stays, later VFs are untouched.
+                            r.check(
+                                "held VF's virtfn0 link gone while blocked",
+                                !r.host.exists(Path::new(&format!("{pf_base}/virtfn0"))),
+                                libc::EEXIST,
+                            );
+                            r.check(
+                                "held VF's physfn link gone while blocked",
+                                !r.host.exists(Path::new(&format!("{vf_path}/physfn"))),
+                                libc::EEXIST,
+                            );
+                            r.check(
+                                "held VF's driver link gone while blocked",
+                                !r.host.exists(Path::new(&format!("{vf_path}/driver"))),
+                                libc::EEXIST,
+                            );
+                            r.check(
+                                "held VF still present while blocked",
+                                r.host.exists(Path::new(&vf_path)),
+                                libc::ENOENT,
+                            );
+                            r.check(
+                                "virtfn1 still present while blocked",
+                                r.host.exists(Path::new(&format!("{pf_base}/virtfn1"))),
+                                libc::ENOENT,
+                            );
+                            // The store holds the PF's device lock, which the show takes too.
+                            let read = r.start_read(&numvfs_path);
+                            let outcome = match read.recv_timeout(r.options.block_wait) {
+                                Ok(result) => Outcome::of(&result.map(|_| ())),
+                                Err(_) => Outcome::Blocks,
+                            };
+                            r.record(
+                                "read sriov_numvfs while the disable blocks",
+                                Outcome::Blocks,
+                                outcome,
+                            );
+                            pending_read = Some(read);
+                        },
                         move || drop(held),
                     );
+                    if let Some(read) = pending_read {
+                        let value = match read.recv_timeout(r.options.release_wait) {
+                            Ok(Ok(text)) => Outcome::Value(text.trim_end().to_string()),
+                            Ok(Err(error)) => Outcome::of(&Err(error)),
+                            Err(_) => Outcome::Blocks,
+                        };
+                        r.record(
+                            "that read after the disable finished",
+                            Outcome::Value("0".into()),
+                            value,
+                        );
+                    }
                 }
                 Err(error) => {
                     r.record(

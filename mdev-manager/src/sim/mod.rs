@@ -278,6 +278,46 @@ impl SimHost {
             .collect()
     }
 
+    /// Resolves `path` and, when the attribute takes a device lock that a blocked operation
+    /// holds (reading `sriov_numvfs` while VFs are being disabled), waits like the kernel's
+    /// `device_lock()`. Returns the world and the canonical path.
+    fn wait_for_device_lock<'a>(
+        &self,
+        mut world: MutexGuard<'a, World>,
+        path: &str,
+        data: Option<&[u8]>,
+    ) -> io::Result<(MutexGuard<'a, World>, String)> {
+        let boot = world.boot;
+        let mut waiting = false;
+        let result = loop {
+            let canonical = match world.tree.resolve(path, true) {
+                Ok(canonical) => canonical,
+                Err(code) => break Err(errno(code)),
+            };
+            let locked = world
+                .attr_at(&canonical)
+                .and_then(|attr| world.lock_target(&attr, data))
+                .is_some_and(|device| world.device_locks.contains(&device));
+            if !locked {
+                break Ok(canonical);
+            }
+            if world.boot != boot {
+                break Err(errno(libc::ENODEV));
+            }
+            if !waiting {
+                waiting = true;
+                world.blocked.push(path.to_string());
+            }
+            world = self.wait(world);
+        };
+        if waiting {
+            if let Some(position) = world.blocked.iter().position(|p| p == path) {
+                world.blocked.remove(position);
+            }
+        }
+        result.map(|canonical| (world, canonical))
+    }
+
     /// Applies the fault rules to a write. Returns with the world lock released.
     fn apply_faults(&self, path: &str) -> io::Result<()> {
         let mut world = self.lock();
@@ -335,8 +375,9 @@ impl SimHost {
 
 impl HostFs for SimHost {
     fn read(&self, path: &Path) -> io::Result<String> {
+        let text = path_text(path)?;
         let world = self.lock();
-        let canonical = world.tree.resolve(path_text(path)?, true).map_err(errno)?;
+        let (world, canonical) = self.wait_for_device_lock(world, text, None)?;
         match world.tree.get(&canonical) {
             Some(Node::File(attr)) => world.read_attr(attr).map_err(errno),
             Some(Node::Dir(_)) => Err(errno(libc::EISDIR)),
@@ -347,28 +388,43 @@ impl HostFs for SimHost {
     fn write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
         let text = path_text(path)?;
         self.apply_faults(text)?;
-        let mut world = self.lock();
-        let canonical = world.tree.resolve(text, true).map_err(errno)?;
-        let outcome = world.store(&canonical, data);
-        let result = match outcome {
-            Store::Done(result) => result.map_err(errno),
-            Store::WaitThen { groups, then } => {
-                let boot = world.boot;
-                world.blocked.push(text.to_string());
-                while world.boot == boot && groups.iter().any(|g| world.group_held(*g)) {
-                    world = self.wait(world);
-                }
-                if let Some(position) = world.blocked.iter().position(|p| p == text) {
-                    world.blocked.remove(position);
-                }
-                if world.boot == boot {
-                    world.complete(&then);
-                    Ok(())
-                } else {
-                    Err(errno(libc::ENODEV))
+        let world = self.lock();
+        let (mut world, canonical) = self.wait_for_device_lock(world, text, Some(data))?;
+        let boot = world.boot;
+        let mut outcome = world.store(&canonical, data);
+        let mut taken: Vec<String> = Vec::new();
+        let result = loop {
+            match outcome {
+                Store::Done(result) => break result.map_err(errno),
+                Store::WaitThen {
+                    groups,
+                    locks,
+                    then,
+                } => {
+                    for lock in locks {
+                        if world.device_locks.insert(lock.clone()) {
+                            taken.push(lock);
+                        }
+                    }
+                    world.blocked.push(text.to_string());
+                    while world.boot == boot && groups.iter().any(|g| world.group_held(*g)) {
+                        world = self.wait(world);
+                    }
+                    if let Some(position) = world.blocked.iter().position(|p| p == text) {
+                        world.blocked.remove(position);
+                    }
+                    if world.boot != boot {
+                        break Err(errno(libc::ENODEV));
+                    }
+                    outcome = world.resume(&then);
                 }
             }
         };
+        if world.boot == boot {
+            for lock in &taken {
+                world.device_locks.remove(lock);
+            }
+        }
         drop(world);
         self.shared.changed.notify_all();
         result

@@ -298,13 +298,30 @@ fn remove_blocks_while_the_device_is_held() {
         !host.exists(p(&format!("{device}/remove"))),
         "remove file goes first"
     );
-    assert!(host.exists(p(&device)), "device stays until released");
+    // Before the vendor remove() waits, the core took away the bus link, the type links,
+    // the attributes and the driver links; the directory, its group link and vfio-dev stay.
+    assert!(!host.exists(p(&device)), "bus link gone while blocked");
+    let dir = format!("/sys/devices/virtual/mtty/mtty/{U1}");
+    assert!(host.exists(p(&format!("{dir}/iommu_group"))));
+    assert!(host.is_dir(p(&format!("{dir}/vfio-dev"))));
+    assert!(!host.exists(p(&format!("{dir}/driver"))));
+    assert!(!host.exists(p(&format!("{dir}/mdev_type"))));
+    assert!(!host.exists(p(&format!("{dir}/vendor"))));
+    assert!(host
+        .list(p(&format!("{MTTY1}/devices")))
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        errno_of(host.write(p(&format!("{MTTY1}/create")), U1.as_bytes())),
+        Some(libc::EEXIST)
+    );
     holder.release();
     let result = done_rx
         .recv_timeout(Duration::from_secs(10))
         .expect("remove finished after release");
     assert!(result.is_ok());
-    assert!(!host.exists(p(&device)));
+    assert!(!host.exists(p(&dir)));
+    assert!(!host.exists(p(&format!("/dev/vfio/{group}"))));
     assert!(host.blocked_writes().is_empty());
 }
 
@@ -1118,4 +1135,51 @@ fn holder_fds_stat_like_proc_magic_links() {
     );
     assert_eq!(read(&host, "/dev/null"), "");
     host.write(p("/dev/null"), b"x").unwrap();
+}
+
+#[test]
+fn disabling_vfs_stops_at_the_held_one_with_the_pf_locked() {
+    let host = samples();
+    let numvfs = format!("{PF}/sriov_numvfs");
+    host.write(p(&format!("{PF}/sriov_drivers_autoprobe")), b"0")
+        .unwrap();
+    host.write(p(&numvfs), b"3").unwrap();
+    let vf1 = "/sys/bus/pci/devices/0000:01:00.2";
+    host.write(p(&format!("{vf1}/driver_override")), b"vfio-pci")
+        .unwrap();
+    host.write(p("/sys/bus/pci/drivers_probe"), b"0000:01:00.2")
+        .unwrap();
+    let holder = host.hold_device(p(vf1), "qemu").unwrap();
+    let events = host.subscribe();
+    let writer = host.clone();
+    let path = numvfs.clone();
+    let disable = std::thread::spawn(move || writer.write(Path::new(&path), b"0"));
+    while host.blocked_writes().is_empty() {
+        std::thread::yield_now();
+    }
+    // VF 0 went first; VF 1 lost its links and waits; VF 2 is untouched.
+    assert!(!host.exists(p("/sys/bus/pci/devices/0000:01:00.1")));
+    assert!(!host.exists(p(&format!("{PF}/virtfn1"))));
+    assert!(!host.exists(p(&format!("{vf1}/physfn"))));
+    assert!(host.exists(p(vf1)));
+    assert!(host.exists(p(&format!("{PF}/virtfn2"))));
+    // Readers of the PF's locked attributes wait too, and see the final value.
+    let reader = host.clone();
+    let path = numvfs.clone();
+    let pending_read = std::thread::spawn(move || reader.read(Path::new(&path)));
+    while host.blocked_writes().len() < 2 {
+        std::thread::yield_now();
+    }
+    // Attributes that take no lock answer at once.
+    assert_eq!(read(&host, &format!("{PF}/sriov_totalvfs")), "4\n");
+    drop(holder);
+    disable.join().unwrap().unwrap();
+    assert_eq!(pending_read.join().unwrap().unwrap(), "0\n");
+    assert_eq!(host.vf_count(), 0);
+    let removed: Vec<String> = events
+        .try_iter()
+        .filter(|e| e.action == UeventAction::Remove && e.subsystem == "pci")
+        .map(|e| e.property("PCI_SLOT_NAME").unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(removed, ["0000:01:00.1", "0000:01:00.2", "0000:01:00.3"]);
 }

@@ -358,13 +358,64 @@ impl World {
         self.tree.remove(&join(&mdev.dir, "remove"));
         let group = mdev.group;
         if self.group_held(group) {
+            self.unlink_mdev_before_release(uuid);
             return Store::WaitThen {
                 groups: vec![group],
+                locks: vec![uuid.to_string()],
                 then: Deferred::RemoveMdev(uuid.to_string()),
             };
         }
         self.remove_mdev_now(uuid);
         Store::Done(Ok(()))
+    }
+
+    /// What `mdev_device_remove_common()` takes away before the vendor `remove()` waits for
+    /// the holder: the `mdev_type` and type `devices/` links (`mdev_remove_sysfs_files`),
+    /// the device's attributes and vendor groups (`device_del` → `device_remove_attrs`,
+    /// `device_remove`), the bus and `subsystem` links (`bus_remove_device`) and the driver
+    /// links (`driver_sysfs_remove`). The directory, its `iommu_group` link and
+    /// `vfio-dev/` stay until the release.
+    fn unlink_mdev_before_release(&mut self, uuid: &str) {
+        let Some(mdev) = self.mdevs.get(uuid) else {
+            return;
+        };
+        let dir = mdev.dir.clone();
+        let Some(parent) = self.parents.get(&mdev.parent) else {
+            return;
+        };
+        let full_type = format!("{}-{}", parent.spec.type_prefix, mdev.type_id);
+        let mut gone = vec![
+            join(&dir, "mdev_type"),
+            format!(
+                "{}/mdev_supported_types/{full_type}/devices/{uuid}",
+                parent.dir
+            ),
+            join(&dir, "subsystem"),
+            join(SYS_MDEV_DEVICES, uuid),
+            join(&dir, "driver"),
+            format!("{SYS_MDEV_DRIVERS}/{}/{uuid}", parent.spec.mdev_driver),
+        ];
+        let type_constants = parent
+            .spec
+            .types
+            .iter()
+            .find(|t| t.id == mdev.type_id)
+            .map(|t| t.instance_constants.clone())
+            .unwrap_or_default();
+        for attribute in parent
+            .spec
+            .instance_attributes
+            .iter()
+            .chain(parent.spec.instance_constants.keys())
+            .chain(type_constants.keys())
+        {
+            // Vendor attributes live in named groups (`vendor/`, `nvidia/`): the group goes.
+            let top = attribute.split('/').next().unwrap_or(attribute);
+            gone.push(join(&dir, top));
+        }
+        for path in gone {
+            self.tree.remove(&path);
+        }
     }
 
     pub(super) fn remove_mdev_now(&mut self, uuid: &str) {

@@ -60,9 +60,11 @@ pub(crate) enum Attr {
 #[derive(Debug)]
 pub(crate) enum Store {
     Done(Result<(), i32>),
-    /// Wait until none of these groups is held, then run the operation.
+    /// Wait until none of these groups is held, then resume the operation. Meanwhile the
+    /// named devices stay locked (`device_lock()`): attributes that take the lock block.
     WaitThen {
         groups: Vec<u32>,
+        locks: Vec<String>,
         then: Deferred,
     },
 }
@@ -148,6 +150,8 @@ pub(crate) struct World {
     pub(crate) blocked: Vec<String>,
     /// Blocking faults that were released.
     pub(crate) released_faults: BTreeSet<u64>,
+    /// Devices whose `device_lock()` a blocked operation holds.
+    pub(crate) device_locks: BTreeSet<String>,
 }
 
 const SYS_PCI_DEVICES: &str = "/sys/bus/pci/devices";
@@ -193,6 +197,7 @@ impl World {
             next_fault: 0,
             blocked: Vec::new(),
             released_faults: BTreeSet::new(),
+            device_locks: BTreeSet::new(),
         };
         for dir in [
             SYS_MDEV_BUS,
@@ -561,11 +566,33 @@ impl World {
     }
 
     /// Finishes an operation once its groups are free.
-    pub(crate) fn complete(&mut self, deferred: &Deferred) {
+    /// Continues an operation once its groups are free; it may have to wait again.
+    pub(crate) fn resume(&mut self, deferred: &Deferred) -> Store {
         match deferred {
             Deferred::RemoveMdev(uuid) => self.remove_mdev_now(uuid),
-            Deferred::DisableVfs(bdf) => self.disable_vfs(bdf),
+            Deferred::DisableVfs(bdf) => return self.disable_vfs_step(bdf),
             Deferred::Unbind(bdf) => self.unbind_now(bdf),
+        }
+        Store::Done(Ok(()))
+    }
+
+    /// The device whose `device_lock()` an access to `attr` takes (PCI `sriov_numvfs`,
+    /// `driver_override`, and the device named in a bind, unbind or drivers_probe write).
+    pub(crate) fn lock_target(&self, attr: &Attr, data: Option<&[u8]>) -> Option<String> {
+        match attr {
+            Attr::SriovNumvfs { bdf } | Attr::DriverOverride { bdf } => Some(bdf.clone()),
+            Attr::Bind { .. } | Attr::Unbind { .. } | Attr::DriversProbe => {
+                data.and_then(|d| self.find_pci_by_name(d))
+            }
+            _ => None,
+        }
+    }
+
+    /// The attribute at a canonical path, if it is a file.
+    pub(crate) fn attr_at(&self, path: &str) -> Option<Attr> {
+        match self.tree.get(path) {
+            Some(Node::File(attr)) => Some(attr.clone()),
+            _ => None,
         }
     }
 

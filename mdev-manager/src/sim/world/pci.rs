@@ -368,34 +368,120 @@ impl World {
         }
     }
 
+    /// Disables every VF now (holders lose their devices); for paths that refused or
+    /// already waited for holders.
     pub(super) fn disable_vfs(&mut self, bdf: &str) {
-        let Some(pf) = self.pci.get_mut(bdf) else {
-            return;
-        };
-        let pf_dir = pf.dir.clone();
-        let Some(sriov) = pf.sriov.as_mut() else {
-            return;
-        };
-        let vfs = std::mem::take(&mut sriov.vfs);
-        sriov.numvfs = 0;
-        for (index, vf) in vfs.iter().enumerate().rev() {
-            self.unbind_now(vf);
-            let Some(state) = self.pci.remove(vf) else {
+        let vfs = self
+            .pci
+            .get(bdf)
+            .and_then(|p| p.sriov.as_ref())
+            .map(|s| s.vfs.clone())
+            .unwrap_or_default();
+        for vf in vfs {
+            self.remove_vf(bdf, &vf);
+        }
+        if let Some(sriov) = self.pci.get_mut(bdf).and_then(|p| p.sriov.as_mut()) {
+            sriov.numvfs = 0;
+        }
+    }
+
+    /// `sriov_disable()`: removes VFs in index order (`pci_iov_remove_virtfn`). At a VF whose
+    /// VFIO device is held, its `virtfn` and `physfn` links are already gone and the removal
+    /// waits, with the PF and its VFs locked; `sriov_numvfs` keeps its old value until the
+    /// end.
+    pub(super) fn disable_vfs_step(&mut self, pf: &str) -> Store {
+        loop {
+            let Some(sriov) = self.pci.get(pf).and_then(|p| p.sriov.as_ref()) else {
+                return Store::Done(Err(libc::ENODEV));
+            };
+            let all = sriov.vfs.clone();
+            let Some(vf) = all.first().cloned() else {
+                if let Some(sriov) = self.pci.get_mut(pf).and_then(|p| p.sriov.as_mut()) {
+                    sriov.numvfs = 0;
+                }
+                return Store::Done(Ok(()));
+            };
+            let Some(state) = self.pci.get(&vf) else {
+                if let Some(sriov) = self.pci.get_mut(pf).and_then(|p| p.sriov.as_mut()) {
+                    sriov.vfs.retain(|v| *v != vf);
+                }
                 continue;
             };
-            self.tree.remove(&format!("{pf_dir}/virtfn{index}"));
-            self.tree.remove(&join(SYS_PCI_DEVICES, vf));
-            self.tree.remove(&state.dir);
-            self.kill_holders(state.group);
-            self.group_leave(state.group, &state.dir, vf);
-            self.sync_group_node(state.group);
-            self.emit(
-                UeventAction::Remove,
-                &state.dir,
-                "pci",
-                &[("PCI_SLOT_NAME", vf.clone())],
-            );
+            let (group, dir) = (state.group, state.dir.clone());
+            if self.group_held(group) {
+                if let Some(index) = self.vf_index(pf, &vf) {
+                    let pf_dir = self.pci.get(pf).map(|p| p.dir.clone()).unwrap_or_default();
+                    self.tree.remove(&format!("{pf_dir}/virtfn{index}"));
+                }
+                self.tree.remove(&join(&dir, "physfn"));
+                self.unlink_driver_before_release(&vf);
+                let mut locks = vec![pf.to_string()];
+                locks.extend(all);
+                return Store::WaitThen {
+                    groups: vec![group],
+                    locks,
+                    then: Deferred::DisableVfs(pf.to_string()),
+                };
+            }
+            self.remove_vf(pf, &vf);
         }
+    }
+
+    /// `driver_sysfs_remove()`: the `driver` links go before the driver's `remove()` runs
+    /// (and waits for a holder); the device stays bound until it returns.
+    fn unlink_driver_before_release(&mut self, bdf: &str) {
+        let Some(pci) = self.pci.get(bdf) else {
+            return;
+        };
+        let dir = pci.dir.clone();
+        if let Some(driver) = pci.driver.clone() {
+            self.tree.remove(&join(&dir, "driver"));
+            self.tree
+                .remove(&format!("{SYS_PCI_DRIVERS}/{driver}/{bdf}"));
+        }
+    }
+
+    /// The `virtfn` index of a VF, from the routing ids.
+    fn vf_index(&self, pf: &str, vf: &str) -> Option<u16> {
+        let pf_state = self.pci.get(pf)?;
+        let spec = &pf_state.sriov.as_ref()?.spec;
+        let vf_state = self.pci.get(vf)?;
+        let distance = vf_state
+            .address
+            .routing_id()
+            .checked_sub(pf_state.address.routing_id())?
+            .checked_sub(spec.offset)?;
+        if spec.stride == 0 {
+            return Some(0);
+        }
+        Some(distance / spec.stride)
+    }
+
+    /// `pci_iov_remove_virtfn()` for one VF: links, driver, device, group, uevent.
+    fn remove_vf(&mut self, pf: &str, vf: &str) {
+        let index = self.vf_index(pf, vf);
+        let pf_dir = self.pci.get(pf).map(|p| p.dir.clone()).unwrap_or_default();
+        if let Some(index) = index {
+            self.tree.remove(&format!("{pf_dir}/virtfn{index}"));
+        }
+        self.unbind_now(vf);
+        if let Some(sriov) = self.pci.get_mut(pf).and_then(|p| p.sriov.as_mut()) {
+            sriov.vfs.retain(|v| v != vf);
+        }
+        let Some(state) = self.pci.remove(vf) else {
+            return;
+        };
+        self.tree.remove(&join(SYS_PCI_DEVICES, vf));
+        self.tree.remove(&state.dir);
+        self.kill_holders(state.group);
+        self.group_leave(state.group, &state.dir, vf);
+        self.sync_group_node(state.group);
+        self.emit(
+            UeventAction::Remove,
+            &state.dir,
+            "pci",
+            &[("PCI_SLOT_NAME", vf.to_string())],
+        );
     }
 
     pub(super) fn numvfs_store(&mut self, bdf: &str, data: &[u8]) -> Store {
@@ -425,21 +511,7 @@ impl World {
             return Store::Done(Err(libc::ENOENT));
         }
         if requested == 0 {
-            let held: Vec<u32> = sriov
-                .vfs
-                .iter()
-                .filter_map(|vf| self.pci.get(vf))
-                .map(|vf| vf.group)
-                .filter(|g| self.group_held(*g))
-                .collect();
-            if !held.is_empty() {
-                return Store::WaitThen {
-                    groups: held,
-                    then: Deferred::DisableVfs(bdf.to_string()),
-                };
-            }
-            self.disable_vfs(bdf);
-            return Store::Done(Ok(()));
+            return self.disable_vfs_step(bdf);
         }
         if sriov.numvfs != 0 {
             return Store::Done(Err(libc::EBUSY));
@@ -478,8 +550,18 @@ impl World {
         }
         let groups = self.unbind_waits_for(&bdf);
         if !groups.is_empty() {
+            self.unlink_driver_before_release(&bdf);
+            let mut locks = vec![bdf.clone()];
+            locks.extend(
+                self.pci
+                    .get(&bdf)
+                    .and_then(|p| p.sriov.as_ref())
+                    .map(|s| s.vfs.clone())
+                    .unwrap_or_default(),
+            );
             return Store::WaitThen {
                 groups,
+                locks,
                 then: Deferred::Unbind(bdf),
             };
         }
