@@ -12,7 +12,7 @@ use zbus::object_server::SignalEmitter;
 use zbus::{interface, Connection, ObjectPath, OwnedObjectPath, OwnedVariant};
 
 use super::auth::AuthRequest;
-use super::model::{InstanceData, ParentData, ProfileData, SriovData, TypeData};
+use super::model::{InstanceData, ParentData, ProfileData, Shared, SriovData, TypeData};
 use super::options::CallOptions;
 use super::Service;
 use crate::engine::{CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef};
@@ -304,10 +304,29 @@ fn parse_devices(
         .collect()
 }
 
+macro_rules! data_accessor {
+    ($iface:ty, $data:ty) => {
+        impl $iface {
+            /// The current record. The lock is never held across an `await`: the service
+            /// updates records while methods of the same object may be running.
+            fn data(&self) -> std::sync::RwLockReadGuard<'_, $data> {
+                self.data
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            }
+        }
+    };
+}
+data_accessor!(ParentIface, ParentData);
+data_accessor!(SriovIface, SriovData);
+data_accessor!(TypeIface, TypeData);
+data_accessor!(InstanceIface, InstanceData);
+data_accessor!(ProfileIface, ProfileData);
+
 /// `org.mdevmanager.VGpu1.Parent`.
 #[derive(Debug)]
 pub struct ParentIface {
-    pub(super) data: ParentData,
+    pub(super) data: Shared<ParentData>,
 }
 
 #[interface(name = "org.mdevmanager.VGpu1.Parent")]
@@ -315,47 +334,47 @@ impl ParentIface {
     /// The parent's sysfs name: its PCI address, or e.g. `mtty` for a non-PCI parent. The key.
     #[zbus(property(emits_changed_signal = "const"))]
     fn name(&self) -> String {
-        self.data.name.clone()
+        self.data().name.clone()
     }
     /// PCI address, empty for a non-PCI parent.
     #[zbus(property(emits_changed_signal = "const"))]
     fn pci_address(&self) -> String {
-        self.data.pci_address.clone()
+        self.data().pci_address.clone()
     }
     /// PCI vendor id (0 for a non-PCI parent).
     #[zbus(property(emits_changed_signal = "const"))]
     fn vendor_id(&self) -> u16 {
-        self.data.vendor_id
+        self.data().vendor_id
     }
     /// PCI device id.
     #[zbus(property(emits_changed_signal = "const"))]
     fn device_id(&self) -> u16 {
-        self.data.device_id
+        self.data().device_id
     }
     /// The bound driver, empty if none.
     #[zbus(property)]
     fn driver(&self) -> String {
-        self.data.driver.clone()
+        self.data().driver.clone()
     }
     /// NUMA node, -1 when the platform does not say.
     #[zbus(property)]
     fn numa_node(&self) -> i32 {
-        self.data.numa_node
+        self.data().numa_node
     }
     /// How it can be split: `mdev`, `sriov`.
     #[zbus(property)]
     fn modes(&self) -> Vec<String> {
-        self.data.modes.clone()
+        self.data().modes.clone()
     }
     /// Its mdev type objects.
     #[zbus(property)]
     fn types(&self) -> Vec<OwnedObjectPath> {
-        self.data.types.clone()
+        self.data().types.clone()
     }
     /// The instance objects on it.
     #[zbus(property)]
     fn instances(&self) -> Vec<OwnedObjectPath> {
-        self.data.instances.clone()
+        self.data().instances.clone()
     }
 }
 
@@ -363,7 +382,7 @@ impl ParentIface {
 #[derive(Debug)]
 pub struct SriovIface {
     pub(super) service: Arc<Service>,
-    pub(super) data: SriovData,
+    pub(super) data: Shared<SriovData>,
 }
 
 #[interface(name = "org.mdevmanager.VGpu1.Sriov")]
@@ -371,17 +390,17 @@ impl SriovIface {
     /// `sriov_totalvfs`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn total_vfs(&self) -> u32 {
-        self.data.total_vfs
+        self.data().total_vfs
     }
     /// `sriov_numvfs`.
     #[zbus(property)]
     fn num_vfs(&self) -> u32 {
-        self.data.num_vfs
+        self.data().num_vfs
     }
     /// PCI addresses of the enabled VFs.
     #[zbus(property)]
     fn vfs(&self) -> Vec<String> {
-        self.data.vfs.clone()
+        self.data().vfs.clone()
     }
 
     /// Sets the number of VFs. Returns a Job at once; `Manager.JobRemoved` (and
@@ -397,10 +416,11 @@ impl SriovIface {
     ) -> Result<OwnedObjectPath, BusError> {
         let options = CallOptions::parse("SetNumVfs", options, &[option::FORCE])?;
         let force = options.boolean(option::FORCE)?.unwrap_or(false);
-        if count > self.data.total_vfs {
+        if count > self.data().total_vfs {
             return Err(BusError::InvalidArgs(format!(
                 "SetNumVfs: {count} VFs requested but PF {} supports at most {}",
-                self.data.pf, self.data.total_vfs
+                self.data().pf,
+                self.data().total_vfs
             )));
         }
         let request = AuthRequest::new(
@@ -409,11 +429,11 @@ impl SriovIface {
             options.no_user_interaction()?,
         )
         .detail("verb", "set-num-vfs")
-        .detail("parent", self.data.pf.clone())
+        .detail("parent", self.data().pf.clone())
         .detail("count", count.to_string());
         self.service.authorizer.check(request).await?;
         let uid = self.service.caller_uid(connection, &header).await;
-        let pf = self.data.pf.clone();
+        let pf = self.data().pf.clone();
         let objects = vec![dbus_api::path::parent_path(&pf)];
         self.service
             .start_job(
@@ -433,7 +453,7 @@ impl SriovIface {
 /// `org.mdevmanager.VGpu1.MdevType`.
 #[derive(Debug)]
 pub struct TypeIface {
-    pub(super) data: TypeData,
+    pub(super) data: Shared<TypeData>,
 }
 
 #[interface(name = "org.mdevmanager.VGpu1.MdevType")]
@@ -441,42 +461,42 @@ impl TypeIface {
     /// The type id (`nvidia-558`); unique per parent.
     #[zbus(property(emits_changed_signal = "const"))]
     fn id(&self) -> String {
-        self.data.id.clone()
+        self.data().id.clone()
     }
     /// The `name` attribute.
     #[zbus(property(emits_changed_signal = "const"))]
     fn name(&self) -> String {
-        self.data.name.clone()
+        self.data().name.clone()
     }
     /// The `description` attribute.
     #[zbus(property(emits_changed_signal = "const"))]
     fn description(&self) -> String {
-        self.data.description.clone()
+        self.data().description.clone()
     }
     /// The `device_api` attribute (`vfio-pci`).
     #[zbus(property(emits_changed_signal = "const"))]
     fn device_api(&self) -> String {
-        self.data.device_api.clone()
+        self.data().device_api.clone()
     }
     /// The parent object.
     #[zbus(property(emits_changed_signal = "const"))]
     fn parent(&self) -> OwnedObjectPath {
-        self.data.parent.clone()
+        self.data().parent.clone()
     }
     /// The parent's sysfs name.
     #[zbus(property(emits_changed_signal = "const"))]
     fn parent_name(&self) -> String {
-        self.data.parent_name.clone()
+        self.data().parent_name.clone()
     }
     /// `available_instances` now.
     #[zbus(property)]
     fn available_instances(&self) -> u32 {
-        self.data.available_instances
+        self.data().available_instances
     }
     /// The instances of this type.
     #[zbus(property)]
     fn instances(&self) -> Vec<OwnedObjectPath> {
-        self.data.instances.clone()
+        self.data().instances.clone()
     }
 }
 
@@ -484,7 +504,7 @@ impl TypeIface {
 #[derive(Debug)]
 pub struct InstanceIface {
     pub(super) service: Arc<Service>,
-    pub(super) data: InstanceData,
+    pub(super) data: Shared<InstanceData>,
 }
 
 impl InstanceIface {
@@ -497,9 +517,9 @@ impl InstanceIface {
     ) -> AuthRequest {
         AuthRequest::new(action, header, no_ui)
             .detail("verb", verb)
-            .detail("uuid", self.data.uuid.clone())
-            .detail("parent", self.data.parent_name.clone())
-            .detail("profile", self.data.profile.clone())
+            .detail("uuid", self.data().uuid.clone())
+            .detail("parent", self.data().parent_name.clone())
+            .detail("profile", self.data().profile.clone())
     }
 }
 
@@ -508,77 +528,77 @@ impl InstanceIface {
     /// The UUID, the key (for VF kinds the handle the service gave the VF).
     #[zbus(property(emits_changed_signal = "const"))]
     fn uuid(&self) -> String {
-        self.data.uuid.clone()
+        self.data().uuid.clone()
     }
     /// `mdev`, `vf` or `nvidia-vf`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn kind(&self) -> String {
-        self.data.kind.clone()
+        self.data().kind.clone()
     }
     /// The VF's PCI address for VF kinds, empty for an mdev.
     #[zbus(property)]
     fn pci_address(&self) -> String {
-        self.data.pci_address.clone()
+        self.data().pci_address.clone()
     }
     /// The parent object.
     #[zbus(property(emits_changed_signal = "const"))]
     fn parent(&self) -> OwnedObjectPath {
-        self.data.parent.clone()
+        self.data().parent.clone()
     }
     /// The parent's sysfs name.
     #[zbus(property(emits_changed_signal = "const"))]
     fn parent_name(&self) -> String {
-        self.data.parent_name.clone()
+        self.data().parent_name.clone()
     }
     /// The mdev type id (or NVIDIA type id, or `vfio-pci` for a plain VF).
     #[zbus(property, name = "Type")]
     fn type_id(&self) -> String {
-        self.data.type_id.clone()
+        self.data().type_id.clone()
     }
     /// The profile it came from, empty when unknown.
     #[zbus(property)]
     fn profile(&self) -> String {
-        self.data.profile.clone()
+        self.data().profile.clone()
     }
     /// Whether the device exists now.
     #[zbus(property)]
     fn active(&self) -> bool {
-        self.data.active
+        self.data().active
     }
     /// Whether the definition is kept when the device goes away.
     #[zbus(property)]
     fn persistent(&self) -> bool {
-        self.data.persistent
+        self.data().persistent
     }
     /// Whether it is created when the service starts.
     #[zbus(property)]
     fn autostart(&self) -> bool {
-        self.data.autostart
+        self.data().autostart
     }
     /// `created` (by the service), `adopted`, or empty for a device the service does not manage.
     #[zbus(property)]
     fn owner(&self) -> String {
-        self.data.owner.clone()
+        self.data().owner.clone()
     }
     /// Name of the domain holding it, empty if free.
     #[zbus(property)]
     fn holder(&self) -> String {
-        self.data.holder.clone()
+        self.data().holder.clone()
     }
     /// UUID of the domain holding it, empty if free.
     #[zbus(property)]
     fn holder_uuid(&self) -> String {
-        self.data.holder_uuid.clone()
+        self.data().holder_uuid.clone()
     }
     /// IOMMU group, -1 when inactive or unknown.
     #[zbus(property)]
     fn iommu_group(&self) -> i32 {
-        self.data.iommu_group
+        self.data().iommu_group
     }
     /// Scheduling weight, 0 when unset.
     #[zbus(property)]
     fn weight(&self) -> u32 {
-        self.data.weight
+        self.data().weight
     }
 
     /// Removes the device and forgets the instance. Option `force b`: also when a domain holds
@@ -598,7 +618,7 @@ impl InstanceIface {
             options.no_user_interaction()?,
         );
         self.service.authorizer.check(request).await?;
-        let uuid = self.data.uuid.clone();
+        let uuid = self.data().uuid.clone();
         self.service
             .call(move |engine| engine.destroy(&uuid, DestroyOptions { force }))
             .await?;
@@ -621,7 +641,7 @@ impl InstanceIface {
             options.no_user_interaction()?,
         );
         self.service.authorizer.check(request).await?;
-        let uuid = self.data.uuid.clone();
+        let uuid = self.data().uuid.clone();
         self.service.call(move |engine| engine.start(&uuid)).await?;
         self.service.refresh(connection).await;
         Ok(())
@@ -644,7 +664,7 @@ impl InstanceIface {
             options.no_user_interaction()?,
         );
         self.service.authorizer.check(request).await?;
-        let uuid = self.data.uuid.clone();
+        let uuid = self.data().uuid.clone();
         self.service
             .call(move |engine| engine.stop(&uuid, DestroyOptions { force }))
             .await?;
@@ -668,8 +688,8 @@ impl InstanceIface {
             options.no_user_interaction()?,
         );
         self.service.authorizer.check(request).await?;
-        let uuid = self.data.uuid.clone();
-        let persistent = autostart || self.data.persistent;
+        let uuid = self.data().uuid.clone();
+        let persistent = autostart || self.data().persistent;
         self.service
             .call(move |engine| engine.set_persistence(&uuid, persistent, autostart))
             .await?;
@@ -681,7 +701,7 @@ impl InstanceIface {
 /// `org.mdevmanager.VGpu1.Profile`.
 #[derive(Debug)]
 pub struct ProfileIface {
-    pub(super) data: ProfileData,
+    pub(super) data: Shared<ProfileData>,
 }
 
 #[interface(name = "org.mdevmanager.VGpu1.Profile")]
@@ -689,12 +709,12 @@ impl ProfileIface {
     /// The profile name, the key (what `CreateInstances` takes).
     #[zbus(property)]
     fn name(&self) -> String {
-        self.data.name.clone()
+        self.data().name.clone()
     }
     /// Its description, empty if none.
     #[zbus(property)]
     fn description(&self) -> String {
-        self.data.description.clone()
+        self.data().description.clone()
     }
 }
 

@@ -14,6 +14,7 @@ pub mod options;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -31,7 +32,7 @@ use interfaces::{
     InstanceIface, JobData, JobIface, ManagerIface, ParentIface, ProfileIface, SriovIface,
     TypeIface,
 };
-use model::{changed_properties, Model, Properties};
+use model::{changed_properties, Model, Properties, Shared};
 
 /// A daemon failure outside any one method call (setting up the bus, first read of the host).
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +131,7 @@ pub struct Service {
     authorizer: Arc<dyn Authorizer>,
     features: Vec<String>,
     reconcile_lines: Mutex<Vec<String>>,
-    exported: tokio::sync::Mutex<Model>,
+    exported: tokio::sync::Mutex<ExportedObjects>,
     next_job: AtomicU64,
 }
 
@@ -147,7 +148,7 @@ impl Service {
             authorizer,
             features,
             reconcile_lines: Mutex::new(Vec::new()),
-            exported: tokio::sync::Mutex::new(Model::default()),
+            exported: tokio::sync::Mutex::new(ExportedObjects::default()),
             next_job: AtomicU64::new(1),
         })
     }
@@ -281,29 +282,37 @@ impl Service {
         }
     }
 
-    async fn apply(self: &Arc<Self>, connection: &Connection, exported: &mut Model, new: Model) {
+    async fn apply(
+        self: &Arc<Self>,
+        connection: &Connection,
+        exported: &mut ExportedObjects,
+        new: Model,
+    ) {
         let server = connection.object_server();
-        // Removals first, children before parents; additions parents before children.
-        sync(
+        // Objects that went away first, children before their parents; then new and changed
+        // ones, parents before their children, so a client never sees a dangling path.
+        remove_gone::<InstanceIface, _>(server, &mut exported.instances, &new.instances).await;
+        remove_gone::<TypeIface, _>(server, &mut exported.types, &new.types).await;
+        remove_gone::<SriovIface, _>(server, &mut exported.sriov, &new.sriov).await;
+        remove_gone::<ParentIface, _>(server, &mut exported.parents, &new.parents).await;
+        remove_gone::<ProfileIface, _>(server, &mut exported.profiles, &new.profiles).await;
+        add_or_update(
             server,
             connection,
-            &mut exported.instances,
-            &new.instances,
-            |data| InstanceIface {
-                service: self.clone(),
-                data,
-            },
+            &mut exported.profiles,
+            &new.profiles,
+            |data| ProfileIface { data },
         )
         .await;
-        sync(
+        add_or_update(
             server,
             connection,
-            &mut exported.types,
-            &new.types,
-            |data| TypeIface { data },
+            &mut exported.parents,
+            &new.parents,
+            |data| ParentIface { data },
         )
         .await;
-        sync(
+        add_or_update(
             server,
             connection,
             &mut exported.sriov,
@@ -314,20 +323,23 @@ impl Service {
             },
         )
         .await;
-        sync(
+        add_or_update(
             server,
             connection,
-            &mut exported.parents,
-            &new.parents,
-            |data| ParentIface { data },
+            &mut exported.types,
+            &new.types,
+            |data| TypeIface { data },
         )
         .await;
-        sync(
+        add_or_update(
             server,
             connection,
-            &mut exported.profiles,
-            &new.profiles,
-            |data| ProfileIface { data },
+            &mut exported.instances,
+            &new.instances,
+            |data| InstanceIface {
+                service: self.clone(),
+                data,
+            },
         )
         .await;
     }
@@ -497,30 +509,15 @@ pub fn introspection_xml(service: &Arc<Service>) -> String {
     xml
 }
 
-/// An interface whose properties come from one [`Properties`] record.
-pub trait Exported: Interface {
-    /// The record type.
-    type Data: Properties;
-    /// The record, to update it in place.
-    fn data_mut(&mut self) -> &mut Self::Data;
+/// The records of the exported objects, shared with their interface objects.
+#[derive(Debug, Default)]
+struct ExportedObjects {
+    parents: HashMap<OwnedObjectPath, Shared<model::ParentData>>,
+    sriov: HashMap<OwnedObjectPath, Shared<model::SriovData>>,
+    types: HashMap<OwnedObjectPath, Shared<model::TypeData>>,
+    instances: HashMap<OwnedObjectPath, Shared<model::InstanceData>>,
+    profiles: HashMap<OwnedObjectPath, Shared<model::ProfileData>>,
 }
-
-macro_rules! exported {
-    ($iface:ty, $data:ty) => {
-        impl Exported for $iface {
-            type Data = $data;
-            fn data_mut(&mut self) -> &mut $data {
-                &mut self.data
-            }
-        }
-    };
-}
-exported!(InstanceIface, model::InstanceData);
-exported!(TypeIface, model::TypeData);
-exported!(SriovIface, model::SriovData);
-exported!(ParentIface, model::ParentData);
-exported!(ProfileIface, model::ProfileData);
-exported!(JobIface, JobData);
 
 async fn emit_changed<I: Interface, P: Properties>(
     connection: &Connection,
@@ -548,15 +545,13 @@ async fn emit_changed<I: Interface, P: Properties>(
     }
 }
 
-async fn sync<I, F>(
+/// Removes the objects of one kind that are not in `desired` (`InterfacesRemoved`).
+async fn remove_gone<I, D>(
     server: &ObjectServer,
-    connection: &Connection,
-    current: &mut std::collections::HashMap<OwnedObjectPath, I::Data>,
-    desired: &std::collections::HashMap<OwnedObjectPath, I::Data>,
-    make: F,
+    current: &mut HashMap<OwnedObjectPath, Shared<D>>,
+    desired: &HashMap<OwnedObjectPath, D>,
 ) where
-    I: Exported,
-    F: Fn(I::Data) -> I,
+    I: Interface,
 {
     let gone: Vec<OwnedObjectPath> = current
         .keys()
@@ -569,23 +564,45 @@ async fn sync<I, F>(
         }
         current.remove(&path);
     }
+}
+
+/// Exports new objects of one kind (`InterfacesAdded`) and replaces changed records
+/// (`PropertiesChanged`). Records are replaced in their shared cells rather than through the
+/// object server's interface lock: a method of the same object (a `Destroy` that refreshes
+/// before replying) holds that lock while this runs.
+async fn add_or_update<I, D, F>(
+    server: &ObjectServer,
+    connection: &Connection,
+    current: &mut HashMap<OwnedObjectPath, Shared<D>>,
+    desired: &HashMap<OwnedObjectPath, D>,
+    make: F,
+) where
+    I: Interface,
+    D: Properties,
+    F: Fn(Shared<D>) -> I,
+{
     for (path, data) in desired {
         match current.get(path) {
             None => {
-                if let Err(error) = server.at(path, make(data.clone())).await {
+                let cell = Arc::new(std::sync::RwLock::new(data.clone()));
+                if let Err(error) = server.at(path, make(cell.clone())).await {
                     tracing::warn!(%path, %error, "cannot export object");
                     continue;
                 }
-                current.insert(path.clone(), data.clone());
+                current.insert(path.clone(), cell);
             }
-            Some(old) if old != data => {
-                if let Ok(iface) = server.interface::<_, I>(path).await {
-                    *iface.get_mut().await.data_mut() = data.clone();
-                }
-                emit_changed::<I, _>(connection, path, old, data).await;
-                current.insert(path.clone(), data.clone());
+            Some(cell) => {
+                let old = {
+                    let mut record = cell
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if &*record == data {
+                        continue;
+                    }
+                    std::mem::replace(&mut *record, data.clone())
+                };
+                emit_changed::<I, _>(connection, path, &old, data).await;
             }
-            Some(_) => {}
         }
     }
 }

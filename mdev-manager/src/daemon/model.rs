@@ -9,6 +9,10 @@ use zbus::{OwnedObjectPath, Variant};
 
 use crate::engine::{Engine, EngineError, InstanceInfo, Inventory, ProfileSummary};
 
+/// A record shared between the service (which replaces it when the host changes) and the
+/// interface object serving it.
+pub type Shared<T> = std::sync::Arc<std::sync::RwLock<T>>;
+
 /// A record whose fields are the properties of one interface.
 pub trait Properties: Clone + PartialEq + Send + Sync + 'static {
     /// `(name, value)` of every property, in introspection order.

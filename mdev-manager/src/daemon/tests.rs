@@ -13,9 +13,9 @@ use zbus::{Connection, Variant};
 
 use super::auth::{AllowAll, Authorizer, DenyAll};
 use super::{introspection_xml, Service};
-use dbus_api::interface_blocks;
 use crate::engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig};
 use crate::sim::SimHost;
+use dbus_api::interface_blocks;
 
 struct Fixture {
     _state: tempfile::TempDir,
@@ -351,4 +351,44 @@ async fn set_num_vfs_returns_a_job_whose_completion_is_signalled() {
     let error = ClientError::from(sriov.set_num_vfs(1000, HashMap::new()).await.unwrap_err());
     assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs));
     assert!(error.to_string().contains("0000:4b:00.0"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_destroys_while_events_refresh_do_not_deadlock() {
+    // Each Destroy refreshes while its own object is mid-call, and the engine's events refresh
+    // at the same time; records must be replaced without the object server's interface lock.
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let engine = fixture.engine.clone();
+    let uuids: Vec<String> =
+        tokio::task::spawn_blocking(move || (0..4).map(|_| create_mdev(&engine)).collect())
+            .await
+            .unwrap();
+    for _ in 0..200 {
+        let objects = managed_objects(&fixture.client).await;
+        if uuids
+            .iter()
+            .all(|u| objects.contains_key(&path::mdev_instance_path(u)))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let calls = uuids.iter().map(|uuid| {
+        let client = fixture.client.clone();
+        let path = path::mdev_instance_path(uuid);
+        async move {
+            let instance = InstanceProxy::builder(&client).path(path).build().await?;
+            instance.destroy(HashMap::new()).await
+        }
+    });
+    let results = tokio::time::timeout(
+        Duration::from_secs(60),
+        futures_util::future::join_all(calls),
+    )
+    .await
+    .expect("every Destroy answered");
+    for result in results {
+        result.expect("Destroy");
+    }
+    assert!(fixture.engine.instances().unwrap().is_empty());
 }

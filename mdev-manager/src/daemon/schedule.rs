@@ -1,0 +1,241 @@
+//! Scheduling on the bus: the scheduling properties of Instance and Parent objects (filled from
+//! the engine's schedule overview) and the two setters, `Instance.SetSchedule` and
+//! `Parent.SetSchedulerPolicy`, both behind polkit action `org.mdevmanager.vgpu1.set-weights`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dbus_api::names::action;
+use dbus_api::schedule::{instance_property, option, parent_property};
+use dbus_api::{path, BusError};
+use zbus::message::Header;
+use zbus::{Connection, OwnedVariant, Variant};
+
+use super::auth::AuthRequest;
+use super::model::Model;
+use super::options::CallOptions;
+use super::{error_chain, Service};
+use crate::engine::Engine;
+use crate::schedule::{ParentScheduleChange, ParentScheduleStatus, ScheduleError};
+
+/// The scheduling properties of an Instance object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstanceScheduleData {
+    /// Guarantee, ppm (0 none).
+    pub min_share: u32,
+    /// Cap, ppm (0 none).
+    pub max_share: u32,
+    /// The plan's share, ppm.
+    pub requested_share: u32,
+    /// What the backend gives, ppm.
+    pub effective_share: u32,
+    /// GPU time per period, µs.
+    pub time_slice_us: u32,
+    /// Held to the request.
+    pub enforced: bool,
+    /// Why not, or how.
+    pub note: String,
+}
+
+impl InstanceScheduleData {
+    /// `(name, value)` in introspection order (after `Weight`).
+    pub fn properties(&self) -> Vec<(&'static str, Variant<'static>)> {
+        use instance_property as p;
+        vec![
+            (p::MIN_SHARE, Variant::from(self.min_share)),
+            (p::MAX_SHARE, Variant::from(self.max_share)),
+            (p::REQUESTED_SHARE, Variant::from(self.requested_share)),
+            (p::EFFECTIVE_SHARE, Variant::from(self.effective_share)),
+            (p::TIME_SLICE_US, Variant::from(self.time_slice_us)),
+            (p::ENFORCED, Variant::from(self.enforced)),
+            (p::SCHEDULING_NOTE, Variant::from(self.note.clone())),
+        ]
+    }
+}
+
+/// The scheduling properties of a Parent object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParentScheduleData {
+    /// Policy name.
+    pub policy: String,
+    /// Period, µs.
+    pub period_us: u32,
+    /// Time slice, µs (0 backend default).
+    pub time_slice_us: u32,
+    /// Backend name.
+    pub backend: String,
+    /// Knobs the backend enforces.
+    pub capabilities: Vec<String>,
+    /// What applying needs, or problems.
+    pub note: String,
+}
+
+impl ParentScheduleData {
+    /// `(name, value)` in introspection order.
+    pub fn properties(&self) -> Vec<(&'static str, Variant<'static>)> {
+        use parent_property as p;
+        vec![
+            (p::POLICY, Variant::from(self.policy.clone())),
+            (p::PERIOD_US, Variant::from(self.period_us)),
+            (p::TIME_SLICE_US, Variant::from(self.time_slice_us)),
+            (p::SCHEDULER_BACKEND, Variant::from(self.backend.clone())),
+            (
+                p::SCHEDULER_CAPABILITIES,
+                Variant::from(self.capabilities.clone()),
+            ),
+            (p::SCHEDULER_NOTE, Variant::from(self.note.clone())),
+        ]
+    }
+}
+
+fn parent_data(status: &ParentScheduleStatus) -> ParentScheduleData {
+    ParentScheduleData {
+        policy: status.schedule.policy.to_string(),
+        period_us: status.schedule.period_us,
+        time_slice_us: status.schedule.time_slice_us.unwrap_or(0),
+        backend: status.backend.name().to_string(),
+        capabilities: status
+            .capabilities
+            .iter()
+            .map(|knob| knob.to_string())
+            .collect(),
+        note: status.note.clone(),
+    }
+}
+
+/// Fills the scheduling properties of the model's parents and instances from the engine
+/// (blocking: called from `Model::read`).
+pub fn fill(model: &mut Model, engine: &Engine, inventory: &crate::engine::Inventory) {
+    for status in engine.schedule_overview_of(inventory) {
+        if let Some(parent) = model.parents.get_mut(&path::parent_path(&status.parent)) {
+            parent.schedule = parent_data(&status);
+        }
+        for instance in &status.instances {
+            let Some(data) = model
+                .instances
+                .get_mut(&path::mdev_instance_path(&instance.uuid))
+            else {
+                continue;
+            };
+            data.schedule = InstanceScheduleData {
+                min_share: instance.settings.min_share.map_or(0, |s| s.ppm()),
+                max_share: instance.settings.max_share.map_or(0, |s| s.ppm()),
+                requested_share: instance.requested.ppm(),
+                effective_share: instance.effective.ppm(),
+                time_slice_us: instance.time_slice_us,
+                enforced: instance.enforced,
+                note: instance.note.clone(),
+            };
+        }
+    }
+}
+
+fn bus_error(error: &ScheduleError) -> BusError {
+    use dbus_api::ErrorKind as Bus;
+    let kind = match error.kind() {
+        crate::ErrorKind::NotFound => Bus::NotFound,
+        crate::ErrorKind::AlreadyExists => Bus::AlreadyExists,
+        crate::ErrorKind::InUse => Bus::InUse,
+        crate::ErrorKind::NoCapacity => Bus::NoCapacity,
+        crate::ErrorKind::InvalidArgs => Bus::InvalidArgs,
+        crate::ErrorKind::NotSupported => Bus::NotSupported,
+        crate::ErrorKind::Busy => Bus::Busy,
+        crate::ErrorKind::TimedOut => Bus::TimedOut,
+        crate::ErrorKind::Cancelled => Bus::Cancelled,
+        crate::ErrorKind::Failed => Bus::Failed,
+    };
+    BusError::new(kind, error_chain(error))
+}
+
+async fn call<T, F>(service: &Service, f: F) -> Result<T, BusError>
+where
+    F: FnOnce(&Engine) -> Result<T, ScheduleError> + Send + 'static,
+    T: Send + 'static,
+{
+    let engine = service.engine().clone();
+    match tokio::task::spawn_blocking(move || f(&engine)).await {
+        Ok(result) => result.map_err(|e| bus_error(&e)),
+        Err(join) => Err(BusError::Failed(format!("engine call failed: {join}"))),
+    }
+}
+
+/// What `Instance.SetSchedule` was asked.
+#[derive(Debug, Clone)]
+pub struct SetSchedule {
+    /// Instance UUID.
+    pub uuid: String,
+    /// Its parent (for the polkit details).
+    pub parent: String,
+    /// Weight 1..=10000.
+    pub weight: u32,
+    /// Guarantee, ppm (0 none).
+    pub min_share: u32,
+    /// Cap, ppm (0 none).
+    pub max_share: u32,
+}
+
+/// `Instance.SetSchedule(u weight, u min_share, u max_share, a{sv} options)`.
+pub async fn set_schedule(
+    service: &Arc<Service>,
+    connection: &Connection,
+    header: &Header<'_>,
+    request: SetSchedule,
+    options: HashMap<String, OwnedVariant>,
+) -> Result<(), BusError> {
+    let options = CallOptions::parse("SetSchedule", options, &[])?;
+    let auth = AuthRequest::new(action::SET_WEIGHTS, header, options.no_user_interaction()?)
+        .detail("verb", "set-schedule")
+        .detail("uuid", request.uuid.clone())
+        .detail("parent", request.parent.clone())
+        .detail("weight", request.weight.to_string())
+        .detail("min_share_ppm", request.min_share.to_string())
+        .detail("max_share_ppm", request.max_share.to_string());
+    service.authorizer.check(auth).await?;
+    call(service, move |engine| {
+        engine.set_instance_schedule(
+            &request.uuid,
+            request.weight,
+            request.min_share,
+            request.max_share,
+        )
+    })
+    .await?;
+    service.refresh(connection).await;
+    Ok(())
+}
+
+/// `Parent.SetSchedulerPolicy(s policy, a{sv} options)`: `policy` empty keeps the current one;
+/// options `period u` (µs) and `slice u` (µs, 0 = the backend's default).
+pub async fn set_scheduler_policy(
+    service: &Arc<Service>,
+    connection: &Connection,
+    header: &Header<'_>,
+    parent: String,
+    policy: String,
+    options: HashMap<String, OwnedVariant>,
+) -> Result<(), BusError> {
+    let options = CallOptions::parse(
+        "SetSchedulerPolicy",
+        options,
+        &[option::PERIOD, option::SLICE],
+    )?;
+    let change = ParentScheduleChange {
+        policy: if policy.is_empty() {
+            None
+        } else {
+            Some(policy.parse().map_err(|e: vgpu_sched::ModelError| {
+                BusError::InvalidArgs(format!("SetSchedulerPolicy on {parent}: {e}"))
+            })?)
+        },
+        period_us: options.unsigned(option::PERIOD)?,
+        time_slice_us: options.unsigned(option::SLICE)?,
+    };
+    let auth = AuthRequest::new(action::SET_WEIGHTS, header, options.no_user_interaction()?)
+        .detail("verb", "set-scheduler-policy")
+        .detail("parent", parent.clone())
+        .detail("policy", policy);
+    service.authorizer.check(auth).await?;
+    call(service, move |engine| engine.set_parent_policy(&parent, change)).await?;
+    service.refresh(connection).await;
+    Ok(())
+}
