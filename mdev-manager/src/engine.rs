@@ -1589,15 +1589,17 @@ impl Engine {
             }
             return Ok(wanted);
         }
+        // Chosen automatically, only a VF no host driver uses: one bound to a host driver
+        // (a NIC VF carrying host traffic, say) is taken only when the caller names it.
         sriov
             .vfs
             .iter()
-            .find(|vf| is_free(vf))
+            .find(|vf| is_free(vf) && vf.function.driver.is_none())
             .map(|vf| vf.function.address)
             .ok_or_else(|| EngineError::NoCapacity {
                 what: format!("a VF of {pf}"),
                 detail: format!(
-                    "{} of {} VFs enabled, none free",
+                    "{} of {} VFs enabled, none free (unused and without a host driver)",
                     sriov.num_vfs, sriov.total_vfs
                 ),
             })

@@ -255,7 +255,8 @@ fn sriov_parent_state(
         // Whole VFs: each free VF is offered as itself; the profile's device match (vendor,
         // class, ...) is checked by resolution against its PCI identity.
         for vf in &pf.vfs {
-            if !is_free(&vf) {
+            // Like automatic VF picking: a VF a host driver uses is not offered.
+            if !is_free(&vf) || vf.function.driver.is_some() {
                 instances.push(ExistingInstance {
                     type_id: vf.function.address.to_string(),
                     type_name: None,

@@ -1473,3 +1473,51 @@ fn forcing_vfs_away_forgets_their_transient_instances() {
         .unwrap();
     assert!(s.engine.start(&kept.uuid).unwrap().active);
 }
+
+#[test]
+fn vfs_a_host_driver_uses_are_only_taken_when_named() {
+    let s = setup("default");
+    s.engine
+        .set_num_vfs(H200, 1, DestroyOptions::default())
+        .unwrap();
+    let vf = s
+        .engine
+        .inventory()
+        .unwrap()
+        .sriov_pfs
+        .iter()
+        .find(|p| p.function.address.to_string() == H200)
+        .unwrap()
+        .vfs[0]
+        .function
+        .clone();
+    assert_eq!(vf.driver.as_deref(), Some("nvidia"));
+    let error = s
+        .engine
+        .create(CreateRequest::new(CreateTarget::Vf {
+            pf: H200.into(),
+            vf: None,
+        }))
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::NoCapacity, "{error}");
+    let named = CreateRequest::new(CreateTarget::Vf {
+        pf: H200.into(),
+        vf: Some(vf.address.to_string()),
+    });
+    let info = s.engine.create(named).unwrap();
+    assert!(info.active);
+    s.engine
+        .destroy(&info.uuid, DestroyOptions::default())
+        .unwrap();
+    let driver = s
+        .sim
+        .read_link(Path::new(&format!(
+            "/sys/bus/pci/devices/{}/driver",
+            vf.address
+        )))
+        .unwrap();
+    assert!(
+        driver.ends_with("nvidia"),
+        "given back to its previous driver: {driver:?}"
+    );
+}
