@@ -55,6 +55,10 @@ pub struct Topology {
     /// Modules that are *not* loaded at boot (everything else a driver or parent names is).
     #[serde(default)]
     pub unloaded_modules: Vec<String>,
+    /// IOMMU groups `0..N` belong to devices the topology does not list (bridges, chipset),
+    /// so groups made at run time (mdevs, VFs) are numbered from N like on the real host.
+    #[serde(default)]
+    pub hidden_iommu_groups: u32,
     /// PCI drivers.
     #[serde(default, rename = "pci_driver")]
     pub pci_drivers: Vec<PciDriverSpec>,

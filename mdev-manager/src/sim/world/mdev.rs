@@ -27,20 +27,26 @@ impl World {
         let Some(dir) = self.parent_dir(&spec) else {
             return;
         };
-        let is_virtual = spec.virtual_device.is_some();
-        if is_virtual {
+        // The order of a sample driver's module init: mdev_register_driver() (`drivers`),
+        // class_create() (`class`), device_register() (the parent), mdev_register_parent()
+        // (`change` with MDEV_STATE=registered); a GPU parent only sees the last two.
+        let driver_dir = join(SYS_MDEV_DRIVERS, &spec.mdev_driver);
+        if self.tree.get(&driver_dir).is_none() {
+            self.tree.mkdir_p(&driver_dir);
+            self.emit(UeventAction::Add, &driver_dir, "drivers", &[]);
+        }
+        let subsystem = parent_subsystem(&spec);
+        if spec.virtual_device.is_some() {
+            let class_dir = format!("/sys/class/{subsystem}");
+            if self.tree.get(&class_dir).is_none() {
+                self.tree.mkdir_p(&class_dir);
+                self.emit(UeventAction::Add, &class_dir, "class", &[]);
+            }
             self.tree.mkdir_p(&dir);
-            let subsystem = spec
-                .virtual_device
-                .as_deref()
-                .and_then(|p| p.split('/').next())
-                .unwrap_or("virtual")
-                .to_string();
             self.tree
-                .add_relative_link(&join(&dir, "subsystem"), &format!("/sys/class/{subsystem}"));
-            self.tree.mkdir_p(&format!("/sys/class/{subsystem}"));
+                .add_relative_link(&join(&dir, "subsystem"), &class_dir);
             self.tree
-                .add_relative_link(&format!("/sys/class/{subsystem}/{}", spec.name), &dir);
+                .add_relative_link(&join(&class_dir, &spec.name), &dir);
             self.emit(UeventAction::Add, &dir, &subsystem, &[]);
         }
         for mdev_type in &spec.types {
@@ -80,48 +86,22 @@ impl World {
         }
         self.tree
             .add_relative_link(&join(SYS_MDEV_BUS, &spec.name), &dir);
-        self.tree
-            .mkdir_p(&join(SYS_MDEV_DRIVERS, &spec.mdev_driver));
-        let subsystem = if is_virtual {
-            spec.virtual_device
-                .as_deref()
-                .and_then(|p| p.split('/').next())
-                .unwrap_or("virtual")
-                .to_string()
-        } else {
-            "pci".to_string()
-        };
-        self.emit(
-            UeventAction::Change,
-            &dir,
-            &subsystem,
-            &[("MDEV_STATE", "registered".to_string())],
-        );
+        let properties = self.device_properties(&dir);
+        let mut properties: Vec<(&str, String)> =
+            properties.iter().map(|(k, v)| (*k, v.clone())).collect();
+        properties.push(("MDEV_STATE", "registered".to_string()));
+        self.emit(UeventAction::Change, &dir, &subsystem, &properties);
         self.parents.insert(spec.name.clone(), Parent { spec, dir });
     }
 
+    /// `mdev_unregister_parent()` and the module exit around it: the `mdev_bus` link goes,
+    /// every instance is removed, the types go, `change` with MDEV_STATE=unregistered; then a
+    /// virtual parent's device, the mdev driver (when no other parent uses it) and the class.
     pub(super) fn unregister_parent(&mut self, name: &str) {
-        let Some(parent) = self.parents.remove(name) else {
+        let Some(parent) = self.parents.get(name) else {
             return;
         };
-        let is_virtual = parent.spec.virtual_device.is_some();
-        let subsystem = if is_virtual {
-            parent
-                .spec
-                .virtual_device
-                .as_deref()
-                .and_then(|p| p.split('/').next())
-                .unwrap_or("virtual")
-                .to_string()
-        } else {
-            "pci".to_string()
-        };
-        self.emit(
-            UeventAction::Change,
-            &parent.dir,
-            &subsystem,
-            &[("MDEV_STATE", "unregistered".to_string())],
-        );
+        let (spec, dir) = (parent.spec.clone(), parent.dir.clone());
         self.tree.remove(&join(SYS_MDEV_BUS, name));
         let uuids: Vec<String> = self
             .mdevs
@@ -132,24 +112,38 @@ impl World {
         for uuid in uuids {
             self.remove_mdev_now(&uuid);
         }
-        self.tree.remove(&join(&parent.dir, "mdev_supported_types"));
+        self.tree.remove(&join(&dir, "mdev_supported_types"));
+        let subsystem = parent_subsystem(&spec);
+        let properties = self.device_properties(&dir);
+        let mut properties: Vec<(&str, String)> =
+            properties.iter().map(|(k, v)| (*k, v.clone())).collect();
+        properties.push(("MDEV_STATE", "unregistered".to_string()));
+        self.emit(UeventAction::Change, &dir, &subsystem, &properties);
+        self.parents.remove(name);
+        if spec.virtual_device.is_some() {
+            self.tree.remove(&dir);
+            self.tree.remove(&format!("/sys/class/{subsystem}/{name}"));
+            if let Some((upper, _)) = dir.rsplit_once('/') {
+                self.tree.prune_empty(upper, "/sys/devices/virtual");
+            }
+            self.emit(UeventAction::Remove, &dir, &subsystem, &[]);
+        }
         let driver_in_use = self
             .parents
             .values()
-            .any(|p| p.spec.mdev_driver == parent.spec.mdev_driver);
+            .any(|p| p.spec.mdev_driver == spec.mdev_driver);
         if !driver_in_use {
-            self.tree
-                .remove(&join(SYS_MDEV_DRIVERS, &parent.spec.mdev_driver));
+            let driver_dir = join(SYS_MDEV_DRIVERS, &spec.mdev_driver);
+            self.tree.remove(&driver_dir);
+            self.emit(UeventAction::Remove, &driver_dir, "drivers", &[]);
         }
-        if is_virtual {
-            self.tree.remove(&parent.dir);
-            self.tree.remove(&format!("/sys/class/{subsystem}/{name}"));
-            self.tree
-                .prune_empty(&format!("/sys/class/{subsystem}"), "/sys/class");
-            if let Some((upper, _)) = parent.dir.rsplit_once('/') {
-                self.tree.prune_empty(upper, "/sys/devices/virtual");
+        if spec.virtual_device.is_some() {
+            let class_dir = format!("/sys/class/{subsystem}");
+            let empty = matches!(self.tree.get(&class_dir), Some(Node::Dir(children)) if children.is_empty());
+            if empty {
+                self.tree.remove(&class_dir);
+                self.emit(UeventAction::Remove, &class_dir, "class", &[]);
             }
-            self.emit(UeventAction::Remove, &parent.dir, &subsystem, &[]);
         }
     }
 
@@ -251,18 +245,8 @@ impl World {
         if available == 0 {
             // device_add() already ran when the driver's probe refuses: udev sees the device
             // come and go.
-            self.emit(
-                UeventAction::Add,
-                &dir,
-                "mdev",
-                &[("MDEV_TYPE", format!("{}-{type_id}", spec.type_prefix))],
-            );
-            self.emit(
-                UeventAction::Remove,
-                &dir,
-                "mdev",
-                &[("MDEV_TYPE", format!("{}-{type_id}", spec.type_prefix))],
-            );
+            self.emit(UeventAction::Add, &dir, "mdev", &[]);
+            self.emit(UeventAction::Remove, &dir, "mdev", &[]);
             return Err(Topology::exhausted_errno(&spec));
         }
         let full_type = format!("{}-{type_id}", spec.type_prefix);
@@ -301,12 +285,7 @@ impl World {
             &format!("{parent_dir}/mdev_supported_types/{full_type}/devices/{uuid}"),
             &dir,
         );
-        self.emit(
-            UeventAction::Add,
-            &dir,
-            "mdev",
-            &[("MDEV_TYPE", full_type.clone())],
-        );
+        self.emit(UeventAction::Add, &dir, "mdev", &[]);
         self.mdevs.insert(
             uuid.clone(),
             Mdev {
@@ -320,8 +299,9 @@ impl World {
         self.group_join(group, &dir, &uuid);
         let vfio_dev = format!("{dir}/vfio-dev/vfio{vfio_index}");
         self.tree.mkdir_p(&vfio_dev);
-        self.emit(UeventAction::Add, &vfio_dev, "vfio-dev", &[]);
+        // vfio_register_emulated_iommu_dev(): the group's node first, then vfio-dev.
         self.sync_group_node(group);
+        self.emit(UeventAction::Add, &vfio_dev, "vfio-dev", &[]);
         self.tree.add_relative_link(
             &join(&dir, "driver"),
             &join(SYS_MDEV_DRIVERS, &spec.mdev_driver),
@@ -334,10 +314,7 @@ impl World {
             UeventAction::Bind,
             &dir,
             "mdev",
-            &[
-                ("DRIVER", spec.mdev_driver.clone()),
-                ("MDEV_TYPE", full_type),
-            ],
+            &[("DRIVER", spec.mdev_driver.clone())],
         );
         Ok(())
     }
@@ -442,12 +419,7 @@ impl World {
         self.kill_holders(mdev.group);
         self.group_leave(mdev.group, &mdev.dir, uuid);
         self.sync_group_node(mdev.group);
-        self.emit(
-            UeventAction::Unbind,
-            &mdev.dir,
-            "mdev",
-            &[("MDEV_TYPE", full_type.clone())],
-        );
+        self.emit(UeventAction::Unbind, &mdev.dir, "mdev", &[]);
         self.tree
             .remove(&format!("{SYS_MDEV_DRIVERS}/{driver}/{uuid}"));
         self.tree.remove(&join(SYS_MDEV_DEVICES, uuid));
@@ -455,12 +427,7 @@ impl World {
             "{parent_dir}/mdev_supported_types/{full_type}/devices/{uuid}"
         ));
         self.tree.remove(&mdev.dir);
-        self.emit(
-            UeventAction::Remove,
-            &mdev.dir,
-            "mdev",
-            &[("MDEV_TYPE", full_type)],
-        );
+        self.emit(UeventAction::Remove, &mdev.dir, "mdev", &[]);
     }
 
     /// A holder of a group that is going away entirely (reboot of a device, rmmod) loses it.
@@ -474,5 +441,13 @@ impl World {
         for pid in pids {
             self.close_process(pid);
         }
+    }
+}
+
+/// The subsystem of a parent's uevents: a sample driver's class, or `pci` for a GPU.
+fn parent_subsystem(spec: &MdevParentSpec) -> String {
+    match &spec.virtual_device {
+        Some(path) => path.split('/').next().unwrap_or("virtual").to_string(),
+        None => "pci".to_string(),
     }
 }

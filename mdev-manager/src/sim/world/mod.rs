@@ -112,6 +112,8 @@ struct Pci {
     physfn: Option<String>,
     vfio_index: Option<u32>,
     nvidia_current: u32,
+    /// vendor, device, subsystem vendor, subsystem device, class (for uevent properties).
+    ids: (u16, u16, u16, u16, u32),
 }
 
 #[derive(Debug, Default)]
@@ -152,6 +154,8 @@ pub(crate) struct World {
     pub(crate) released_faults: BTreeSet<u64>,
     /// Devices whose `device_lock()` a blocked operation holds.
     pub(crate) device_locks: BTreeSet<String>,
+    /// Set once boot is done; boot itself emits no uevents (nobody listens yet).
+    booted: bool,
 }
 
 const SYS_PCI_DEVICES: &str = "/sys/bus/pci/devices";
@@ -198,6 +202,7 @@ impl World {
             blocked: Vec::new(),
             released_faults: BTreeSet::new(),
             device_locks: BTreeSet::new(),
+            booted: false,
         };
         for dir in [
             SYS_MDEV_BUS,
@@ -270,6 +275,7 @@ impl World {
                     physfn: None,
                     vfio_index: None,
                     nvidia_current: 0,
+                    ids: (0, 0, 0, 0, 0),
                 },
                 (
                     spec.vendor,
@@ -290,6 +296,7 @@ impl World {
         for module in loaded {
             world.start_module(&module);
         }
+        world.booted = true;
         world
     }
 
@@ -302,6 +309,11 @@ impl World {
         properties.insert("DEVPATH".to_string(), devpath.clone());
         properties.insert("SUBSYSTEM".to_string(), subsystem.to_string());
         for (key, value) in extra {
+            // kobject_uevent_env() zaps MODALIAS from unbind events, so that udev does not
+            // load a module because a driver went away.
+            if action == UeventAction::Unbind && *key == "MODALIAS" {
+                continue;
+            }
             properties.insert((*key).to_string(), value.clone());
         }
         let event = SimEvent {
@@ -314,10 +326,40 @@ impl World {
             .retain(|subscriber| subscriber.send(event.clone()).is_ok());
     }
 
+    /// The properties the kernel adds to every uevent of the device at `dir`: for a PCI
+    /// function `PCI_CLASS`, `PCI_ID`, `PCI_SUBSYS_ID`, `PCI_SLOT_NAME`, `MODALIAS`, and
+    /// `DRIVER` while one is bound.
+    pub(super) fn device_properties(&self, dir: &str) -> Vec<(&'static str, String)> {
+        let Some((bdf, pci)) = self.pci.iter().find(|(_, p)| p.dir == dir) else {
+            return Vec::new();
+        };
+        let (vendor, device, subsystem_vendor, subsystem_device, class) = pci.ids;
+        let mut properties = Vec::new();
+        if let Some(driver) = &pci.driver {
+            properties.push(("DRIVER", driver.clone()));
+        }
+        properties.extend([
+            ("PCI_CLASS", format!("{class:X}")),
+            ("PCI_ID", format!("{vendor:04X}:{device:04X}")),
+            ("PCI_SUBSYS_ID", format!("{subsystem_vendor:04X}:{subsystem_device:04X}")),
+            ("PCI_SLOT_NAME", bdf.clone()),
+            (
+                "MODALIAS",
+                format!(
+                    "pci:v{vendor:08X}d{device:08X}sv{subsystem_vendor:08X}sd{subsystem_device:08X}bc{:02X}sc{:02X}i{:02X}",
+                    class >> 16,
+                    (class >> 8) & 0xff,
+                    class & 0xff
+                ),
+            ),
+        ]);
+        properties
+    }
+
     // ----- allocation -----
 
     fn alloc_group(&mut self) -> u32 {
-        let mut id = 0;
+        let mut id = self.topology.hidden_iommu_groups;
         while self.groups.contains_key(&id) {
             id += 1;
         }
@@ -389,7 +431,7 @@ impl World {
                 UeventAction::Add,
                 &devdir,
                 "vfio",
-                &[("DEVNAME", format!("vfio/{group}"))],
+                &[("DEVNAME", format!("/dev/vfio/{group}"))],
             );
         } else if !want && have {
             if let Some(state) = self.groups.get_mut(&group) {
@@ -400,7 +442,7 @@ impl World {
                 UeventAction::Remove,
                 &devdir,
                 "vfio",
-                &[("DEVNAME", format!("vfio/{group}"))],
+                &[("DEVNAME", format!("/dev/vfio/{group}"))],
             );
         }
     }

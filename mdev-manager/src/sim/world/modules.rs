@@ -19,6 +19,9 @@ impl World {
         for driver in drivers {
             let dir = join(SYS_PCI_DRIVERS, &driver);
             self.tree.mkdir_p(&dir);
+            if self.booted {
+                self.emit(UeventAction::Add, &dir, "drivers", &[]);
+            }
             self.tree.add_file(
                 &join(&dir, "bind"),
                 Attr::Bind {
@@ -49,6 +52,15 @@ impl World {
             .collect();
         for parent in parents {
             self.register_parent(parent);
+        }
+        // The module's own kobject appears when its init has returned.
+        if self.booted {
+            self.emit(
+                UeventAction::Add,
+                &format!("/sys/module/{module}"),
+                "module",
+                &[],
+            );
         }
     }
 
@@ -141,8 +153,16 @@ impl World {
             for bdf in bound {
                 self.unbind_now(&bdf);
             }
-            self.tree.remove(&join(SYS_PCI_DRIVERS, &driver));
+            let dir = join(SYS_PCI_DRIVERS, &driver);
+            self.tree.remove(&dir);
+            self.emit(UeventAction::Remove, &dir, "drivers", &[]);
         }
+        self.emit(
+            UeventAction::Remove,
+            &format!("/sys/module/{module}"),
+            "module",
+            &[],
+        );
         self.modules.insert(module.to_string(), false);
         Ok(())
     }

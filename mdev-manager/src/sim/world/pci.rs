@@ -8,6 +8,8 @@ impl World {
 
     pub(super) fn add_pci(&mut self, bdf: &str, pci: Pci, ids: (u16, u16, u16, u16, u32, i32)) {
         let (vendor, device, subsystem_vendor, subsystem_device, class, numa) = ids;
+        let mut pci = pci;
+        pci.ids = (vendor, device, subsystem_vendor, subsystem_device, class);
         let dir = pci.dir.clone();
         let constants = [
             ("vendor", format!("{vendor:#06x}\n")),
@@ -125,8 +127,9 @@ impl World {
             }
             let vfio_dev = format!("{dir}/vfio-dev/vfio{index}");
             self.tree.mkdir_p(&vfio_dev);
-            self.emit(UeventAction::Add, &vfio_dev, "vfio-dev", &[]);
+            // vfio_register_group_dev(): the group's node first, then vfio-dev.
             self.sync_group_node(group);
+            self.emit(UeventAction::Add, &vfio_dev, "vfio-dev", &[]);
         }
         // The NVIDIA driver gives its VFs the vendor vGPU attributes.
         let nvidia_types = physfn
@@ -153,15 +156,8 @@ impl World {
                 Attr::Stored(String::new()),
             );
         }
-        self.emit(
-            UeventAction::Bind,
-            &dir,
-            "pci",
-            &[
-                ("DRIVER", driver.to_string()),
-                ("PCI_SLOT_NAME", bdf.to_string()),
-            ],
-        );
+        let properties = self.device_properties(&dir);
+        self.emit(UeventAction::Bind, &dir, "pci", &properties);
         let parents: Vec<MdevParentSpec> = self
             .parent_specs()
             .into_iter()
@@ -264,12 +260,8 @@ impl World {
         self.tree.remove(&join(&dir, "driver"));
         self.tree
             .remove(&format!("{SYS_PCI_DRIVERS}/{driver}/{bdf}"));
-        self.emit(
-            UeventAction::Unbind,
-            &dir,
-            "pci",
-            &[("PCI_SLOT_NAME", bdf.to_string())],
-        );
+        let properties = self.device_properties(&dir);
+        self.emit(UeventAction::Unbind, &dir, "pci", &properties);
     }
 
     pub(super) fn kill_holders_if_no_vfio(&mut self, group: u32) {
@@ -323,7 +315,6 @@ impl World {
             .unwrap_or((0, vf_device, 0, 0, 0, -1));
         let addresses: Vec<PciAddress> =
             (0..count).filter_map(|i| Self::vf_address(pf, i)).collect();
-        let mut vfs = Vec::new();
         for (index, address) in addresses.into_iter().enumerate() {
             let vf_bdf = address.to_string();
             let dir = join(&parent_dir, &vf_bdf);
@@ -341,31 +332,30 @@ impl World {
                     physfn: Some(bdf.to_string()),
                     vfio_index: None,
                     nvidia_current: 0,
+                    ids: (0, 0, 0, 0, 0),
                 },
                 ids,
             );
             self.tree
                 .add_relative_link(&format!("{pf_dir}/virtfn{index}"), &dir);
-            self.emit(
-                UeventAction::Add,
-                &dir,
-                "pci",
-                &[
-                    ("PCI_SLOT_NAME", vf_bdf.clone()),
-                    ("PCI_ID", format!("{:04X}:{:04X}", ids.0, ids.1)),
-                ],
-            );
-            vfs.push(vf_bdf);
+            // pci_iov_add_virtfn(): `add`, then `change` once the virtfn/physfn links
+            // exist, then pci_bus_add_device() probes it (when autoprobe is on).
+            let properties = self.device_properties(&dir);
+            self.emit(UeventAction::Add, &dir, "pci", &properties);
+            self.emit(UeventAction::Change, &dir, "pci", &properties);
+            if let Some(sriov) = self.pci.get_mut(bdf).and_then(|p| p.sriov.as_mut()) {
+                sriov.vfs.push(vf_bdf.clone());
+            }
+            if autoprobe {
+                self.probe(&vf_bdf);
+            }
         }
         if let Some(sriov) = self.pci.get_mut(bdf).and_then(|p| p.sriov.as_mut()) {
             sriov.numvfs = count;
-            sriov.vfs = vfs.clone();
         }
-        if autoprobe {
-            for vf in &vfs {
-                self.probe(vf);
-            }
-        }
+        // sriov_enable() ends with a `change` on the PF.
+        let properties = self.device_properties(&pf_dir);
+        self.emit(UeventAction::Change, &pf_dir, "pci", &properties);
     }
 
     /// Disables every VF now (holders lose their devices); for paths that refused or
@@ -468,6 +458,11 @@ impl World {
         if let Some(sriov) = self.pci.get_mut(pf).and_then(|p| p.sriov.as_mut()) {
             sriov.vfs.retain(|v| v != vf);
         }
+        let properties = self
+            .pci
+            .get(vf)
+            .map(|state| self.device_properties(&state.dir))
+            .unwrap_or_default();
         let Some(state) = self.pci.remove(vf) else {
             return;
         };
@@ -476,12 +471,7 @@ impl World {
         self.kill_holders(state.group);
         self.group_leave(state.group, &state.dir, vf);
         self.sync_group_node(state.group);
-        self.emit(
-            UeventAction::Remove,
-            &state.dir,
-            "pci",
-            &[("PCI_SLOT_NAME", vf.to_string())],
-        );
+        self.emit(UeventAction::Remove, &state.dir, "pci", &properties);
     }
 
     pub(super) fn numvfs_store(&mut self, bdf: &str, data: &[u8]) -> Store {
