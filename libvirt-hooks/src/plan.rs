@@ -380,7 +380,7 @@ fn parse_document(xml: &[u8]) -> Result<ParsedDomain, PlanError> {
                         if local == b"address" =>
                     {
                         if let Some(draft) = hostdev.as_mut() {
-                            draft.found = hostdev_source(&start, draft)?;
+                            draft.found = hostdev_source(&start, draft, position)?;
                         }
                     }
                     _ => {}
@@ -507,20 +507,18 @@ fn hostdev_draft(start: &BytesStart<'_>, index: usize) -> Result<HostdevDraft, q
 fn hostdev_source(
     start: &BytesStart<'_>,
     draft: &HostdevDraft,
+    position: u64,
 ) -> Result<Option<HostdevRef>, PlanError> {
     let element = || format!("{} <source><address>", draft_label(draft));
     let mut values: Vec<(Vec<u8>, String)> = Vec::new();
     for attribute in start.attributes() {
         let attribute = attribute.map_err(|source| PlanError::Malformed {
-            position: 0,
+            position,
             source: source.into(),
         })?;
         let value = attribute
             .unescape_value()
-            .map_err(|source| PlanError::Malformed {
-                position: 0,
-                source,
-            })?;
+            .map_err(|source| PlanError::Malformed { position, source })?;
         values.push((attribute.key.as_ref().to_vec(), value.into_owned()));
     }
     let get = |key: &[u8]| {
