@@ -393,7 +393,10 @@ fn amd_slices_are_written_to_gim_debugfs_in_proportion_to_the_weights() {
     // The other two VFs keep GIM's default 6 ms; the whole stays within 4 x 6 ms.
     assert!(a + b + 2 * 6_000 <= 4 * 6_000, "{a} + {b}");
     assert_eq!(status.time_slice_us, b);
-    assert_eq!(status.effective.ppm(), b * 1_000_000 / (4 * 6_000));
+    assert_eq!(
+        u64::from(status.effective.ppm()),
+        u64::from(b) * 1_000_000 / (4 * 6_000)
+    );
 
     // A restart re-applies them (reconcile), from the state file alone.
     gim.writes.lock().unwrap().clear();
