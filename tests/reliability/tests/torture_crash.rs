@@ -12,7 +12,7 @@ fn engine_survives_kills_at_random_points_without_invariant_violations() {
     let kills = std::env::var("TORTURE_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(60);
+        .unwrap_or(100);
     let config = TortureConfig {
         kills,
         seed: 20261129,
