@@ -76,6 +76,17 @@ impl World {
     }
 
     fn hook(&self, domain: &str, operation: &str, sub: &str, xml: &str) -> Output {
+        self.hook_with_timeout(domain, operation, sub, xml, "30")
+    }
+
+    fn hook_with_timeout(
+        &self,
+        domain: &str,
+        operation: &str,
+        sub: &str,
+        xml: &str,
+        timeout_secs: &str,
+    ) -> Output {
         let address = self.bus.address();
         let root = self.root.path().display().to_string();
         run_hook(
@@ -84,9 +95,19 @@ impl World {
             &[
                 ("DBUS_SYSTEM_BUS_ADDRESS", address.as_str()),
                 ("MDEV_MANAGER_ROOT", root.as_str()),
-                ("MDEV_MANAGER_HOOK_TIMEOUT_SECS", "30"),
+                ("MDEV_MANAGER_HOOK_TIMEOUT_SECS", timeout_secs),
             ],
         )
+    }
+
+    /// Sends `signal` to the daemon (SIGSTOP/SIGCONT to make it hang and resume).
+    fn signal_daemon(&self, signal: i32) {
+        let daemon = self.daemon.as_ref().expect("running");
+        let pid = i32::try_from(daemon.child.id()).expect("pid fits in pid_t");
+        // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
+        unsafe {
+            libc::kill(pid, signal);
+        }
     }
 
     /// `vgpuctl --json list`.
@@ -298,4 +319,33 @@ fn release_with_the_daemon_down_is_recorded_and_finished_when_it_starts() {
         world.instances().iter().all(|i| i["holder"] != "vm-a"),
         "vm-a holds nothing after the release"
     );
+}
+
+#[test]
+fn a_stuck_service_times_out_and_the_release_is_still_recorded() {
+    let world = World::start();
+    let xml = domain("vm-a", VM_A, &[("nvidia-t4-2q", MDEV_1)]);
+    world.signal_daemon(libc::SIGSTOP);
+
+    let output = world.hook_with_timeout("vm-a", "prepare", "begin", &xml, "2");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr_of(&output).contains("did not answer within 2 s"),
+        "{}",
+        stderr_of(&output)
+    );
+
+    let output = world.hook_with_timeout("vm-a", "release", "end", &xml, "2");
+    // A stuck service is worth a line in libvirt's log, but the release is not lost.
+    assert_eq!(output.status.code(), Some(1), "{}", stderr_of(&output));
+    assert!(
+        stderr_of(&output).contains("release recorded"),
+        "{}",
+        stderr_of(&output)
+    );
+    assert!(world.pending_dir().join(VM_A).exists());
+
+    let output = world.hook_with_timeout("vm-a", "reconnect", "begin", &xml, "2");
+    assert!(output.status.success(), "reconnect never fails");
+    world.signal_daemon(libc::SIGCONT);
 }
