@@ -1053,13 +1053,19 @@ impl HostEvents for SimEvents {
 }
 
 fn wait_for(events: &EventSubscription, wanted: &EngineEvent) -> bool {
+    wait_for_all(events, std::slice::from_ref(wanted))
+}
+
+/// Waits until every one of `wanted` was seen, in any order.
+fn wait_for_all(events: &EventSubscription, wanted: &[EngineEvent]) -> bool {
+    let mut missing: Vec<&EngineEvent> = wanted.iter().collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while std::time::Instant::now() < deadline {
-        if events.recv_timeout(Duration::from_millis(50)).as_ref() == Some(wanted) {
-            return true;
+    while !missing.is_empty() && std::time::Instant::now() < deadline {
+        if let Some(event) = events.recv_timeout(Duration::from_millis(50)) {
+            missing.retain(|m| **m != event);
         }
     }
-    false
+    missing.is_empty()
 }
 
 #[test]
@@ -1082,30 +1088,28 @@ fn hotplug_events_update_the_model_and_start_autostart_instances() {
         .spawn_hotplug(Box::new(SimEvents(s.sim.subscribe())), Arc::clone(&stop));
 
     s.sim.unload_module("mtty").unwrap();
-    assert!(wait_for(
+    assert!(wait_for_all(
         &events,
-        &EngineEvent::ParentRemoved {
-            parent: "mtty".into()
-        }
-    ));
-    assert!(wait_for(
-        &events,
-        &EngineEvent::InstanceRemoved {
-            uuid: transient.uuid.clone()
-        }
+        &[
+            EngineEvent::ParentRemoved {
+                parent: "mtty".into()
+            },
+            EngineEvent::InstanceRemoved {
+                uuid: transient.uuid.clone()
+            },
+        ]
     ));
     s.sim.load_module("mtty").unwrap();
-    assert!(wait_for(
+    assert!(wait_for_all(
         &events,
-        &EngineEvent::ParentAdded {
-            parent: "mtty".into()
-        }
-    ));
-    assert!(wait_for(
-        &events,
-        &EngineEvent::InstanceChanged {
-            uuid: UUID_A.into()
-        }
+        &[
+            EngineEvent::ParentAdded {
+                parent: "mtty".into()
+            },
+            EngineEvent::InstanceChanged {
+                uuid: UUID_A.into()
+            },
+        ]
     ));
     assert_eq!(
         s.sim.mdev_uuids(),
