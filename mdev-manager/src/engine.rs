@@ -1395,6 +1395,8 @@ impl Engine {
                 CreateTarget::Profile { profile, parent } => {
                     let resolved = self.resolve_profile(profile, parent.as_deref())?;
                     scheduling.weight = scheduling.weight.or(Some(resolved.default_weight));
+                    scheduling.min_share = scheduling.min_share.or(resolved.compute_shares.0);
+                    scheduling.max_share = scheduling.max_share.or(resolved.compute_shares.1);
                     (resolved.target, Some(profile.clone()))
                 }
                 other => (other.clone(), None),
@@ -1440,6 +1442,7 @@ impl Engine {
                 self.wait_for_path(parent, &layout::mdev_parent(parent), None)?;
                 let parent_lock = self.parent_lock(parent);
                 let _serialized = lock(&parent_lock);
+                self.admit_at_create(parent, &key, &record.scheduling)?;
                 if self.fs().exists(&layout::mdev_device(uuid)) {
                     return Err(EngineError::AlreadyExists { uuid: key });
                 }
@@ -1462,6 +1465,7 @@ impl Engine {
                 self.wait_for_path(&pf.to_string(), &layout::pci_device(&pf), None)?;
                 let parent_lock = self.parent_lock(&pf.to_string());
                 let _serialized = lock(&parent_lock);
+                self.admit_at_create(&pf.to_string(), &key, &record.scheduling)?;
                 let chosen = self.pick_free_vf(pf, wanted)?;
                 record.kind = InstanceKind::Vf;
                 record.parent = pf.to_string();
@@ -1475,6 +1479,7 @@ impl Engine {
                 self.wait_for_path(&pf.to_string(), &layout::pci_device(&pf), None)?;
                 let parent_lock = self.parent_lock(&pf.to_string());
                 let _serialized = lock(&parent_lock);
+                self.admit_at_create(&pf.to_string(), &key, &record.scheduling)?;
                 let vf = self.pick_nvidia_vf(pf, *type_id, None)?;
                 self.host.set_nvidia_vgpu(vf, *type_id)?;
                 record.kind = InstanceKind::NvidiaVf;

@@ -537,6 +537,38 @@ impl Engine {
         lines
     }
 
+    /// Admission control for a new instance (called by create under the parent's lock): its
+    /// guarantee, from the profile or the request, must fit beside the parent's others.
+    pub(crate) fn admit_at_create(
+        &self,
+        parent: &str,
+        uuid: &str,
+        scheduling: &Scheduling,
+    ) -> Result<(), EngineError> {
+        if scheduling == &Scheduling::default() {
+            return Ok(());
+        }
+        let refused = |error: ModelError| match error.refusal() {
+            Refusal::NoCapacity => EngineError::NoCapacity {
+                what: format!("a guarantee for new instance {uuid} on {parent}"),
+                detail: error.to_string(),
+            },
+            _ => EngineError::InvalidArgument {
+                what: "scheduling settings",
+                value: uuid.to_owned(),
+                reason: error.to_string(),
+            },
+        };
+        let candidate = instance_settings(uuid, scheduling).map_err(refused)?;
+        let others: Vec<InstanceSchedule> = lock(&self.state)
+            .instances
+            .values()
+            .filter(|r| r.parent == parent && r.uuid != uuid)
+            .filter_map(|r| instance_settings(&r.uuid, &r.scheduling).ok())
+            .collect();
+        admit(&ParentSchedule::new(parent), &others, &candidate).map_err(refused)
+    }
+
     // ---- internals ----
 
     fn managed_record(&self, uuid: &str) -> Result<InstanceRecord, ScheduleError> {

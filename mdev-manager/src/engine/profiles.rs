@@ -25,6 +25,8 @@ pub(crate) struct Resolved {
     pub target: CreateTarget,
     /// The profile's default scheduling weight.
     pub default_weight: u32,
+    /// The profile's compute guarantee and cap in ppm (the scheduling state's unit), if any.
+    pub compute_shares: (Option<u32>, Option<u32>),
 }
 
 impl ProfileSet {
@@ -168,6 +170,16 @@ impl ProfileSet {
         Ok(Resolved {
             target,
             default_weight: profile.default_weight().get(),
+            compute_shares: (
+                profile
+                    .compute
+                    .min_share
+                    .map(|p| u32::from(p.get()) * 10_000),
+                profile
+                    .compute
+                    .max_share
+                    .map(|p| u32::from(p.get()) * 10_000),
+            ),
         })
     }
 }

@@ -462,3 +462,42 @@ fn weights_and_policies_survive_a_restart_and_a_reboot() {
     engine.reconcile().unwrap();
     check(&engine);
 }
+
+#[test]
+fn a_profiles_compute_request_becomes_the_settings_and_is_admitted_at_create() {
+    let sim = SimHost::builtin("samples").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let profiles = dir.path().join("etc/mdev-manager/profiles.d");
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(
+        profiles.join("site.toml"),
+        "[[profile]]\nname = \"serial-60\"\nvendor = \"mtty\"\nisolation = \"time-sliced\"\n\
+         [profile.compute]\nweight = 600\nmin_share = 60\nmax_share = 90\n",
+    )
+    .unwrap();
+    let engine = open(Arc::new(sim.clone()), dir.path());
+    let request = |uuid: &str| CreateRequest {
+        uuid: Some(uuid.to_owned()),
+        ..CreateRequest::new(CreateTarget::Profile {
+            profile: "serial-60".into(),
+            parent: None,
+        })
+    };
+    engine.create(request(UUID_A)).unwrap();
+    let status = engine.instance_schedule_status(UUID_A).unwrap();
+    assert_eq!(status.settings.weight.get(), 600);
+    assert_eq!(status.settings.min_share.map(Share::ppm), Some(pct(60)));
+    assert_eq!(status.settings.max_share.map(Share::ppm), Some(pct(90)));
+    assert_eq!(status.requested.ppm(), pct(90), "alone, up to its cap");
+
+    // A second 60% guarantee on the same GPU does not fit: refused before any device exists.
+    let error = engine.create(request(UUID_B)).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::NoCapacity, "{error}");
+    let message = chain(&error);
+    assert!(
+        message.contains("120%") && message.contains(UUID_B),
+        "{message}"
+    );
+    assert_eq!(sim.mdev_uuids(), vec![UUID_A.to_owned()]);
+    assert!(engine.instance(UUID_B).is_err());
+}
