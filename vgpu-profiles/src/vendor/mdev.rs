@@ -64,10 +64,13 @@ impl MdevTypeInfo {
     }
 }
 
-/// Validates an mdev type id (a directory name): non-empty, no `/`, no whitespace or
-/// control characters, not `.` or `..`.
+/// Validates an mdev type id (a directory name): non-empty, at most `NAME_MAX` (255) bytes,
+/// no `/`, no whitespace or control characters, not `.` or `..`.
 pub fn parse_type_id(text: &str) -> Result<String, ParseError> {
+    // No directory entry is longer than NAME_MAX; the service refuses such names anyway, so a
+    // longer one must not parse as a type (found by fuzzing).
     let valid = !text.is_empty()
+        && text.len() <= 255
         && text != "."
         && text != ".."
         && !text.contains('/')
@@ -140,4 +143,17 @@ pub fn parse_device_api(text: &str) -> Result<String, ParseError> {
 
 fn strip_one_newline(text: &str) -> &str {
     text.strip_suffix('\n').unwrap_or(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_type_id;
+
+    #[test]
+    fn type_ids_longer_than_a_directory_name_are_refused() {
+        assert!(parse_type_id(&"a".repeat(255)).is_ok());
+        assert!(parse_type_id(&"a".repeat(256)).is_err());
+        // 86 three-byte characters: 258 bytes, fewer than 255 characters.
+        assert!(parse_type_id(&"\u{fffd}".repeat(86)).is_err());
+    }
 }
