@@ -330,3 +330,50 @@ pub fn save(files: &dyn StateFiles, state_dir: &Path, state: &StateFile) -> Resu
             source,
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn save_then_load_round_trips_and_leaves_no_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = DiskFiles::new(dir.path());
+        let state_dir = Path::new("/var/lib/mdev-manager");
+        assert_eq!(
+            load(&files, state_dir).unwrap(),
+            StateFile::default(),
+            "missing file = empty state"
+        );
+        let mut state = StateFile::default();
+        state.parents.insert(
+            "0000:4b:00.0".into(),
+            ParentRecord {
+                schedule: None,
+                num_vfs: Some(4),
+            },
+        );
+        save(&files, state_dir, &state).unwrap();
+        assert_eq!(load(&files, state_dir).unwrap(), state);
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("var/lib/mdev-manager"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [OsString::from(STATE_FILE_NAME)]);
+    }
+
+    #[test]
+    fn disk_files_refuse_paths_leaving_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = DiskFiles::new(dir.path());
+        assert!(files
+            .write_atomic(Path::new("/var/../../etc/passwd"), b"x")
+            .is_err());
+        assert!(files.read(Path::new("/../x")).is_err());
+        assert_eq!(
+            files.list(Path::new("/nonexistent")).unwrap(),
+            Vec::<OsString>::new()
+        );
+        files.remove(Path::new("/nonexistent/file")).unwrap();
+    }
+}
