@@ -326,6 +326,7 @@ data_accessor!(ProfileIface, ProfileData);
 /// `org.mdevmanager.VGpu1.Parent`.
 #[derive(Debug)]
 pub struct ParentIface {
+    pub(super) service: Arc<Service>,
     pub(super) data: Shared<ParentData>,
 }
 
@@ -375,6 +376,57 @@ impl ParentIface {
     #[zbus(property)]
     fn instances(&self) -> Vec<OwnedObjectPath> {
         self.data().instances.clone()
+    }
+    /// Scheduling policy: `best-effort`, `equal-share`, `fixed-share` or `weighted`.
+    #[zbus(property)]
+    fn policy(&self) -> String {
+        self.data().schedule.policy.clone()
+    }
+    /// Scheduling period in µs: every instance gets its share of each period.
+    #[zbus(property)]
+    fn period_us(&self) -> u32 {
+        self.data().schedule.period_us
+    }
+    /// Longest run before a switch in µs, 0 for the backend's default.
+    #[zbus(property)]
+    fn time_slice_us(&self) -> u32 {
+        self.data().schedule.time_slice_us
+    }
+    /// The scheduler behind it: `software`, `nvidia`, `amd-gim` or `intel-gvt`.
+    #[zbus(property)]
+    fn scheduler_backend(&self) -> String {
+        self.data().schedule.backend.clone()
+    }
+    /// What the backend enforces: `weight`, `min`, `max`, `runtime-change`, `requires-idle-gpu`.
+    #[zbus(property)]
+    fn scheduler_capabilities(&self) -> Vec<String> {
+        self.data().schedule.capabilities.clone()
+    }
+    /// What applying the settings needs (e.g. a driver reload), or why they are not applied.
+    #[zbus(property)]
+    fn scheduler_note(&self) -> String {
+        self.data().schedule.note.clone()
+    }
+
+    /// Sets the scheduling policy (empty keeps it) and options `period u` (µs) and `slice u`
+    /// (µs, 0 = the backend's default). NVIDIA refuses a change while vGPUs exist (`Busy`).
+    async fn set_scheduler_policy(
+        &self,
+        policy: String,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        let parent = self.data().name.clone();
+        super::schedule::set_scheduler_policy(
+            &self.service,
+            connection,
+            &header,
+            parent,
+            policy,
+            options,
+        )
+        .await
     }
 }
 
@@ -599,6 +651,62 @@ impl InstanceIface {
     #[zbus(property)]
     fn weight(&self) -> u32 {
         self.data().weight
+    }
+    /// Guarantee in ppm of the GPU (1% = 10000), 0 when none.
+    #[zbus(property)]
+    fn min_share(&self) -> u32 {
+        self.data().schedule.min_share
+    }
+    /// Cap in ppm, 0 when none.
+    #[zbus(property)]
+    fn max_share(&self) -> u32 {
+        self.data().schedule.max_share
+    }
+    /// The plan's share for it in ppm (0 when not running).
+    #[zbus(property)]
+    fn requested_share(&self) -> u32 {
+        self.data().schedule.requested_share
+    }
+    /// The share the backend will give it, ppm.
+    #[zbus(property)]
+    fn effective_share(&self) -> u32 {
+        self.data().schedule.effective_share
+    }
+    /// GPU time per scheduling period in µs (AMD GIM: the VF's time slice).
+    #[zbus(property)]
+    fn time_slice_us(&self) -> u32 {
+        self.data().schedule.time_slice_us
+    }
+    /// Whether the backend holds it to the requested share.
+    #[zbus(property)]
+    fn enforced(&self) -> bool {
+        self.data().schedule.enforced
+    }
+    /// Why it is not enforced, or how it is.
+    #[zbus(property)]
+    fn scheduling_note(&self) -> String {
+        self.data().schedule.note.clone()
+    }
+
+    /// Sets its weight (1..=10000), guarantee and cap (ppm of the GPU, 0 = none), after
+    /// admission control on its parent (guarantees total at most 100%: `NoCapacity`).
+    async fn set_schedule(
+        &self,
+        weight: u32,
+        min_share: u32,
+        max_share: u32,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        let request = super::schedule::SetSchedule {
+            uuid: self.data().uuid.clone(),
+            parent: self.data().parent_name.clone(),
+            weight,
+            min_share,
+            max_share,
+        };
+        super::schedule::set_schedule(&self.service, connection, &header, request, options).await
     }
 
     /// Removes the device and forgets the instance. Option `force b`: also when a domain holds

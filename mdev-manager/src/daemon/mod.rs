@@ -11,6 +11,7 @@ pub mod host_events;
 pub mod interfaces;
 pub mod model;
 pub mod options;
+pub mod schedule;
 #[cfg(test)]
 mod tests;
 
@@ -309,7 +310,10 @@ impl Service {
             connection,
             &mut exported.parents,
             &new.parents,
-            |data| ParentIface { data },
+            |data| ParentIface {
+                service: self.clone(),
+                data,
+            },
         )
         .await;
         add_or_update(
@@ -486,6 +490,7 @@ pub fn introspection_xml(service: &Arc<Service>) -> String {
         service: service.clone(),
     });
     write(&ParentIface {
+        service: service.clone(),
         data: Default::default(),
     });
     write(&SriovIface {

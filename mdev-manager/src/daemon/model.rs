@@ -48,11 +48,13 @@ pub struct ParentData {
     pub types: Vec<OwnedObjectPath>,
     /// Instance objects.
     pub instances: Vec<OwnedObjectPath>,
+    /// Scheduling properties.
+    pub schedule: super::schedule::ParentScheduleData,
 }
 
 impl Properties for ParentData {
     fn properties(&self) -> Vec<(&'static str, Variant<'static>)> {
-        vec![
+        let mut properties = vec![
             ("Name", Variant::from(self.name.clone())),
             ("PciAddress", Variant::from(self.pci_address.clone())),
             ("VendorId", Variant::from(self.vendor_id)),
@@ -62,7 +64,9 @@ impl Properties for ParentData {
             ("Modes", Variant::from(self.modes.clone())),
             ("Types", paths(&self.types)),
             ("Instances", paths(&self.instances)),
-        ]
+        ];
+        properties.extend(self.schedule.properties());
+        properties
     }
 }
 
@@ -161,6 +165,8 @@ pub struct InstanceData {
     pub iommu_group: i32,
     /// Scheduling weight, 0 when unset.
     pub weight: u32,
+    /// The other scheduling properties.
+    pub schedule: super::schedule::InstanceScheduleData,
 }
 
 impl Properties for InstanceData {
@@ -182,6 +188,9 @@ impl Properties for InstanceData {
             ("IommuGroup", Variant::from(self.iommu_group)),
             ("Weight", Variant::from(self.weight)),
         ]
+        .into_iter()
+        .chain(self.schedule.properties())
+        .collect()
     }
 }
 
@@ -224,7 +233,9 @@ impl Model {
         let inventory = engine.inventory()?;
         let instances = engine.instances()?;
         let profiles = engine.profiles();
-        Ok(Self::build(&inventory, &instances, &profiles))
+        let mut model = Self::build(&inventory, &instances, &profiles);
+        super::schedule::fill(&mut model, engine, &inventory);
+        Ok(model)
     }
 
     /// Builds the model from engine answers.
@@ -299,6 +310,7 @@ impl Model {
                     modes,
                     types: type_paths,
                     instances: instance_paths,
+                    schedule: Default::default(),
                 },
             );
             if let Some(pf) = pf {
@@ -370,6 +382,7 @@ fn instance_data(info: &InstanceInfo) -> InstanceData {
             .and_then(|g| i32::try_from(g).ok())
             .unwrap_or(-1),
         weight: info.scheduling.weight.unwrap_or(0),
+        schedule: Default::default(),
     }
 }
 

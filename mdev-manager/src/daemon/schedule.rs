@@ -235,7 +235,10 @@ pub async fn set_scheduler_policy(
         .detail("parent", parent.clone())
         .detail("policy", policy);
     service.authorizer.check(auth).await?;
-    call(service, move |engine| engine.set_parent_policy(&parent, change)).await?;
+    call(service, move |engine| {
+        engine.set_parent_policy(&parent, change)
+    })
+    .await?;
     service.refresh(connection).await;
     Ok(())
 }
