@@ -1525,3 +1525,44 @@ fn vfs_a_host_driver_uses_are_only_taken_when_named() {
         "given back to its previous driver: {driver:?}"
     );
 }
+
+#[test]
+fn nvidia_sriov_vgpus_come_back_after_a_reboot() {
+    let s = setup("default");
+    s.engine
+        .set_num_vfs(H200, 2, DestroyOptions::default())
+        .unwrap();
+    let request = CreateRequest {
+        autostart: true,
+        ..CreateRequest::new(CreateTarget::NvidiaVf {
+            pf: H200.into(),
+            type_id: 1405,
+        })
+    };
+    let info = s.engine.create(request).unwrap();
+    s.sim.reboot();
+    let engine = open(&s.sim, s.dir.path());
+    let report = engine.reconcile().unwrap();
+    assert_eq!(
+        report.actions,
+        vec![
+            ReconcileAction::VfsRestored {
+                pf: H200.into(),
+                num_vfs: 2
+            },
+            ReconcileAction::Recreated {
+                uuid: info.uuid.clone()
+            },
+        ]
+    );
+    let back = engine.instance(&info.uuid).unwrap();
+    assert!(back.active);
+    let vf = back.vf.unwrap();
+    let current = s
+        .sim
+        .read(Path::new(&format!(
+            "/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"
+        )))
+        .unwrap();
+    assert_eq!(current.trim(), "1405");
+}
