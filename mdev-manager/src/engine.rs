@@ -5,6 +5,7 @@
 //! Every change to what the manager owns is written to the state store before the call returns.
 
 mod claims;
+pub mod passthrough;
 mod profiles;
 pub mod scenarios;
 
@@ -91,6 +92,13 @@ pub enum CreateTarget {
         pf: String,
         /// The numeric vGPU type id.
         type_id: u32,
+    },
+    /// A whole GPU and the rest of its IOMMU group bound to `vfio-pci` (see [`passthrough`]).
+    Passthrough {
+        /// The GPU's address.
+        gpu: String,
+        /// Take group members the host uses, or that are not functions of the GPU.
+        force: bool,
     },
 }
 
@@ -489,6 +497,9 @@ pub enum EngineError {
     /// Discovery failed.
     #[error(transparent)]
     Discovery(#[from] crate::discovery::DiscoveryError),
+    /// A whole-GPU pass-through was refused or failed.
+    #[error(transparent)]
+    Passthrough(#[from] passthrough::PassthroughError),
     /// The state store failed.
     #[error(transparent)]
     State(#[from] crate::state::StateError),
@@ -541,6 +552,7 @@ impl EngineError {
             Self::TooManyStuckWrites { .. } => ErrorKind::Busy,
             Self::Sysfs { source, .. } => ErrorKind::from_io(source),
             Self::Discovery(error) => error.kind(),
+            Self::Passthrough(error) => error.kind(),
             Self::State(error) => error.kind(),
             Self::Profile { .. } => ErrorKind::InvalidArgs,
             Self::Batch { source, .. } => source.kind(),
@@ -768,6 +780,10 @@ impl Engine {
                 self.host.set_nvidia_vgpu(vf, type_id)?;
                 started.vf = Some(vf);
             }
+            InstanceKind::Passthrough => {
+                let gpu = record.vf.ok_or_else(|| missing_vf(record))?;
+                self.bind_passthrough(&mut started, gpu, false)?;
+            }
         }
         self.update_state(|state| {
             state
@@ -869,6 +885,7 @@ impl Engine {
                     self.host.clear_nvidia_vgpu(vf)?;
                 }
             }
+            InstanceKind::Passthrough => self.release_passthrough(record)?,
         }
         Ok(())
     }
@@ -1232,6 +1249,7 @@ impl Engine {
                 discovery::read_nvidia_vf(self.fs(), vf)
                     .is_some_and(|nv| nv.current_type.to_string() == record.type_id)
             }),
+            InstanceKind::Passthrough => self.passthrough_active(record),
         }
     }
 
@@ -1500,6 +1518,19 @@ impl Engine {
                 }
                 self.commit_new(&record)?;
             }
+            CreateTarget::Passthrough { gpu, force } => {
+                if !attributes.is_empty() {
+                    return Err(EngineError::InvalidArgument {
+                        what: "attributes",
+                        value: format!("{attributes:?}"),
+                        reason: "a pass-through GPU takes no vendor attributes".into(),
+                    });
+                }
+                let gpu: PciAddress = gpu.parse()?;
+                let parent_lock = self.parent_lock(&gpu.to_string());
+                let _serialized = lock(&parent_lock);
+                self.bind_passthrough(&mut record, gpu, *force)?;
+            }
             CreateTarget::Profile { profile, .. } => {
                 return Err(EngineError::Profile {
                     profile: profile.clone(),
@@ -1628,6 +1659,15 @@ impl Engine {
             .profiles
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(found) = profiles.get(profile) {
+            if let Some(target) = self.resolve_passthrough_profile(found, parent)? {
+                return Ok(profiles::Resolved {
+                    target,
+                    default_weight: found.default_weight().get(),
+                    compute_shares: (None, None),
+                });
+            }
+        }
         profiles.resolve(profile, parent, &inventory, &taken)
     }
 }
@@ -1675,6 +1715,7 @@ fn describe_target(target: &CreateTarget) -> String {
         CreateTarget::Vf { pf, vf: Some(vf) } => format!("VF {vf} of {pf}"),
         CreateTarget::Vf { pf, vf: None } => format!("a VF of {pf}"),
         CreateTarget::NvidiaVf { pf, type_id } => format!("NVIDIA vGPU type {type_id} on {pf}"),
+        CreateTarget::Passthrough { gpu, .. } => format!("pass-through of GPU {gpu}"),
     }
 }
 

@@ -20,6 +20,8 @@ impl Engine {
         let mut report = ReconcileReport::default();
         self.process_pending_releases(&mut report);
         self.restore_vf_counts(&mut report);
+        // Before instances: a half-bound pass-through group goes back whole first.
+        self.reconcile_passthrough();
         self.reconcile_instances(&mut report)?;
         // Weights and policies last: GIM's slices need the VFs recreated above.
         for line in self.apply_schedules() {

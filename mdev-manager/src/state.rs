@@ -34,6 +34,9 @@ pub enum InstanceKind {
     Vf,
     /// An NVIDIA SR-IOV vGPU: a VF with a type written to `nvidia/current_vgpu_type`.
     NvidiaVf,
+    /// A whole GPU and the rest of its IOMMU group bound to `vfio-pci` (see
+    /// [`crate::engine::passthrough`]).
+    Passthrough,
 }
 
 impl fmt::Display for InstanceKind {
@@ -42,6 +45,7 @@ impl fmt::Display for InstanceKind {
             Self::Mdev => "mdev",
             Self::Vf => "vf",
             Self::NvidiaVf => "nvidia-vf",
+            Self::Passthrough => "passthrough",
         })
     }
 }
@@ -139,6 +143,9 @@ pub struct StateFile {
     /// Parents by name (mdev parent name or PF address).
     #[serde(default)]
     pub parents: BTreeMap<String, ParentRecord>,
+    /// Group bindings of pass-through instances, by instance UUID.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub passthrough: BTreeMap<String, crate::engine::passthrough::GroupBinding>,
 }
 
 impl Default for StateFile {
@@ -147,6 +154,7 @@ impl Default for StateFile {
             schema_version: STATE_SCHEMA_VERSION,
             instances: BTreeMap::new(),
             parents: BTreeMap::new(),
+            passthrough: BTreeMap::new(),
         }
     }
 }

@@ -75,6 +75,11 @@ impl Engine {
             .map(names::parse_uuid)
             .transpose()?
             .map(|u| u.to_string());
+        // A pass-through named by address is the instance already holding that GPU, if any.
+        let uuid = uuid.or_else(|| match (kind, &device.pci_address) {
+            ("passthrough", Some(address)) => self.passthrough_instance_at(address),
+            _ => None,
+        });
         let new_claim = |transient: bool, started_by_claim: bool| Claim {
             domain_name: domain.name.clone(),
             domain_uuid: domain_uuid.to_owned(),
@@ -135,7 +140,11 @@ impl Engine {
                 profile: profile.clone(),
                 parent: device.parent.clone(),
             },
-            ("vf" | "passthrough", None, Some(address)) => {
+            ("passthrough", None, Some(address)) => CreateTarget::Passthrough {
+                gpu: address.clone(),
+                force: false,
+            },
+            ("vf", None, Some(address)) => {
                 let vf: PciAddress = address.parse()?;
                 let pf = discovery::physfn_of(self.fs(), vf).ok_or_else(|| {
                     EngineError::InvalidArgument {

@@ -96,6 +96,11 @@ impl ProfileSet {
         Ok(Self { catalog })
     }
 
+    /// The profile called `name`, if any.
+    pub(crate) fn get(&self, name: &str) -> Option<&vgpu_profiles::Profile> {
+        self.catalog.get(name)
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.catalog.len()
     }
