@@ -1,0 +1,233 @@
+//! Scheduling end to end: the service (simulated host, everything re-rooted under a temp
+//! directory) on a private system-like bus, driven with `vgpuctl weight` / `vgpuctl schedule`
+//! and a proxy; admission refusals with their numbers, NVIDIA's refusal while vGPUs run, the
+//! modprobe file under the root, change signals, the SVG, and persistence across a restart.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use dbus_api::names::{interface, BUS_NAME};
+use dbus_api::{path, ErrorKind};
+use e2e_tests::bus::{name_has_owner, vgpuctl, wait_for, workspace_binary, TestBus};
+use futures_util::StreamExt;
+use serde_json::Value;
+
+const T4: &str = "0000:3b:00.0";
+
+/// The daemon with its root (and so its state and `/etc`) in `root`; killed on drop.
+struct Service(Child);
+
+impl Service {
+    fn start(bus: &TestBus, root: &Path) -> Service {
+        let child = Command::new(workspace_binary("mdev-manager"))
+            .arg("--simulate")
+            .arg("--root")
+            .arg(root)
+            .args(["--state-dir", "/var/lib/mdev-manager"])
+            .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
+            .env("MDEV_MANAGER_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start mdev-manager");
+        let service = Service(child);
+        wait_for(Duration::from_secs(20), || {
+            name_has_owner(&bus.address(), BUS_NAME)
+        })
+        .expect("mdev-manager takes its bus name");
+        service
+    }
+
+    fn stop(mut self, bus: &TestBus) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        wait_for(Duration::from_secs(10), || {
+            !name_has_owner(&bus.address(), BUS_NAME)
+        })
+        .expect("the bus name is released");
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn json(output: &std::process::Output) -> Value {
+    assert!(
+        output.status.success(),
+        "vgpuctl failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON")
+}
+
+fn refused(output: &std::process::Output, kind: ErrorKind) -> String {
+    assert_eq!(
+        output.status.code(),
+        Some(i32::from(kind.exit_code())),
+        "expected {kind:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn t4_schedule(bus: &TestBus) -> Value {
+    let shown = json(&vgpuctl(bus, None, &["--json", "schedule", "show", T4]));
+    shown[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn weights_and_policies_over_the_bus_survive_a_restart() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let root = tempfile::tempdir().unwrap();
+    let service = Service::start(&bus, root.path());
+
+    // The driver's default until a policy is set; then the file under the root.
+    let before = t4_schedule(&bus);
+    assert_eq!(before["backend"], "nvidia");
+    assert_eq!(before["policy"], "best-effort");
+    let set = json(&vgpuctl(
+        &bus,
+        None,
+        &[
+            "--json",
+            "schedule",
+            T4,
+            "--policy",
+            "equal-share",
+            "--slice",
+            "3ms",
+        ],
+    ));
+    assert_eq!(set[0]["policy"], "equal-share");
+    assert_eq!(set[0]["time_slice_us"], 3000);
+    assert!(set[0]["note"].as_str().unwrap().contains("nvidia module"));
+    let conf = root.path().join("etc/modprobe.d/mdev-manager-nvidia.conf");
+    let text = std::fs::read_to_string(&conf).expect("modprobe file under the root");
+    assert!(
+        text.contains("NVreg_RegistryDwordsPerDevice=\"pci=0000:3b:00.0;RmPVMRL=0x00030001\""),
+        "{text}"
+    );
+
+    let created = json(&vgpuctl(
+        &bus,
+        None,
+        &[
+            "--json",
+            "create",
+            "nvidia-t4-2q",
+            "--count",
+            "2",
+            "--autostart",
+        ],
+    ));
+    let uuids: Vec<String> = created
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["uuid"].as_str().unwrap().to_string())
+        .collect();
+    let (first, second) = (&uuids[0], &uuids[1]);
+
+    // Change signals: subscribe on the first instance, then set it through a proxy.
+    let connection = zbus::connection::Builder::address(bus.address().as_str())
+        .build()
+        .await
+        .unwrap();
+    let properties = zbus::fdo::PropertiesProxy::builder(&connection)
+        .destination(BUS_NAME)
+        .path(path::mdev_instance_path(first))
+        .build()
+        .await
+        .unwrap();
+    let mut changes = properties.receive_properties_changed().await.unwrap();
+    let set = json(&vgpuctl(
+        &bus,
+        None,
+        &[
+            "--json", "weight", first, "300", "--min", "20", "--max", "80%",
+        ],
+    ));
+    assert_eq!(set["weight"], 300);
+    assert_eq!(set["min_share_ppm"], 200_000);
+    assert_eq!(set["max_share_ppm"], 800_000);
+    // Equal share: the weight is stored, both vGPUs get half.
+    assert_eq!(set["effective_share_ppm"], 500_000);
+    let signal = tokio::time::timeout(Duration::from_secs(10), changes.next())
+        .await
+        .expect("PropertiesChanged within 10 s")
+        .expect("a signal");
+    let args = signal.args().unwrap();
+    assert_eq!(args.interface_name.as_str(), interface::INSTANCE);
+    for name in ["Weight", "MinShare", "MaxShare"] {
+        assert!(
+            args.changed_properties.contains_key(name),
+            "{name} missing from {:?}",
+            args.changed_properties.keys().collect::<Vec<_>>()
+        );
+    }
+
+    // Admission control: 20% + 90% is refused with the numbers; nothing changes.
+    let error = refused(
+        &vgpuctl(&bus, None, &["weight", second, "100", "--min", "90"]),
+        ErrorKind::NoCapacity,
+    );
+    for needle in ["110%", "20%", "90%", first.as_str(), second.as_str()] {
+        assert!(error.contains(needle), "{needle:?} missing from {error}");
+    }
+    // A bad weight names itself.
+    let error = refused(
+        &vgpuctl(&bus, None, &["weight", second, "0"]),
+        ErrorKind::InvalidArgs,
+    );
+    assert!(error.contains("weight"), "{error}");
+    // NVIDIA takes no policy change while vGPUs exist.
+    let error = refused(
+        &vgpuctl(&bus, None, &["schedule", T4, "--policy", "fixed-share"]),
+        ErrorKind::Busy,
+    );
+    assert!(error.contains(T4), "{error}");
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), text);
+
+    // One period as a picture.
+    let svg = root.path().join("t4.svg");
+    let output = vgpuctl(
+        &bus,
+        None,
+        &["schedule", "show", T4, "--svg", svg.to_str().unwrap()],
+    );
+    assert!(output.status.success(), "{output:?}");
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        picture.contains("<svg") && picture.contains(&first[..8]),
+        "{picture}"
+    );
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        table.contains("equal-share") && table.contains(first.as_str()),
+        "{table}"
+    );
+
+    // Restart on a fresh simulated host: the autostart vGPUs come back with their settings.
+    service.stop(&bus);
+    let _service = Service::start(&bus, root.path());
+    let after = t4_schedule(&bus);
+    assert_eq!(after["policy"], "equal-share");
+    assert_eq!(after["time_slice_us"], 3000);
+    let instance = after["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["uuid"] == first.as_str())
+        .expect("the first vGPU is back")
+        .clone();
+    assert_eq!(instance["active"], true);
+    assert_eq!(instance["weight"], 300);
+    assert_eq!(instance["min_share_ppm"], 200_000);
+    assert_eq!(instance["max_share_ppm"], 800_000);
+}
