@@ -7,9 +7,12 @@ skip() { printf 'SKIP\t%s\t%s\n' "$1" "$2" >>"$results"; echo "vmtier: skip $1: 
 # check NAME COMMAND...: PASS when the command succeeds (its last output line is the detail),
 # FAIL with the whole output otherwise; returns the command's success.
 check() {
-  local name="$1" output
+  local name="$1" output started status=0
   shift
-  if output="$("$@" 2>&1)"; then
+  started="$(cut -d' ' -f1 /proc/uptime)"
+  output="$("$@" 2>&1)" || status=$?
+  echo "vmtier: $name took $(awk -v s="$started" '{ printf "%.1f", $1 - s }' /proc/uptime) s"
+  if [ "$status" = 0 ]; then
     pass "$name" "$(tail -n1 <<<"$output")"
   else
     fail "$name" "$(tr '\n' ' ' <<<"$output")"
