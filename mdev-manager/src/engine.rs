@@ -46,6 +46,9 @@ pub struct EngineConfig {
     /// How long a sysfs write that can block in the kernel (mdev `remove`, `sriov_numvfs`,
     /// `unbind`) may take before the call gives up with `TimedOut`.
     pub write_timeout: Duration,
+    /// Host path of the NVIDIA scheduler options file the service owns
+    /// (`/etc/modprobe.d/mdev-manager-nvidia.conf`; a simulated host keeps it elsewhere).
+    pub nvidia_modprobe_path: PathBuf,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +60,7 @@ impl Default for EngineConfig {
             readiness_timeout: Duration::from_secs(30),
             poll_interval: Duration::from_millis(100),
             write_timeout: Duration::from_secs(10),
+            nvidia_modprobe_path: PathBuf::from(crate::schedule::NVIDIA_MODPROBE_PATH),
         }
     }
 }

@@ -872,7 +872,7 @@ impl Engine {
             })
             .collect();
         let config = nvidia::modprobe_config(&stored).map_err(ScheduleError::Nvidia)?;
-        let path = Path::new(NVIDIA_MODPROBE_PATH);
+        let path = self.config.nvidia_modprobe_path.as_path();
         let installed = self
             .files
             .read(path)
@@ -882,7 +882,7 @@ impl Engine {
             })?
             .map(|data| String::from_utf8_lossy(&data).into_owned());
         if !config.reload_needed(installed.as_deref()) {
-            return Ok(format!("{NVIDIA_MODPROBE_PATH} is up to date"));
+            return Ok(format!("{} is up to date", path.display()));
         }
         self.files
             .write_atomic(path, config.text.as_bytes())
@@ -891,7 +891,8 @@ impl Engine {
                 source,
             })?;
         Ok(format!(
-            "wrote {NVIDIA_MODPROBE_PATH}: reload the nvidia module while no vGPU exists, or reboot, for it to take effect"
+            "wrote {}: reload the nvidia module while no vGPU exists, or reboot, for it to take effect",
+            path.display()
         ))
     }
 
@@ -923,7 +924,8 @@ impl Engine {
             Err(_) => {
                 if wanted.is_some() {
                     notes.push(format!(
-                        "set in {NVIDIA_MODPROBE_PATH}; the driver reads it when the nvidia module loads"
+                        "set in {}; the driver reads it when the nvidia module loads",
+                        self.config.nvidia_modprobe_path.display()
                     ));
                 }
             }
