@@ -47,6 +47,21 @@ struct Cli {
     /// Do not reconcile at start (no device is touched until a client asks).
     #[arg(long)]
     no_reconcile: bool,
+    /// Write the man page mdev-manager.8 into DIR and exit (used by packaging).
+    #[arg(long, value_name = "DIR", hide = true)]
+    generate_man: Option<PathBuf>,
+}
+
+fn write_man_page(dir: &std::path::Path) -> Result<()> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut page = Vec::new();
+    clap_mangen::Man::new(Cli::command())
+        .section("8")
+        .render(&mut page)
+        .context("cannot render the man page")?;
+    let path = dir.join("mdev-manager.8");
+    std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// `/etc/mdev-manager/mdev-manager.toml`; every key is optional.
@@ -136,6 +151,9 @@ fn open_host(
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Some(dir) = &cli.generate_man {
+        return write_man_page(dir);
+    }
     let config = read_config(&cli)?;
     init_logging(config.log.as_deref());
 

@@ -212,43 +212,49 @@ pub fn name_has_owner(address: &str, name: &str) -> bool {
 /// A child process killed (SIGTERM, then waited for) on drop.
 #[derive(Debug)]
 pub struct Process {
-    child: Child,
+    child: Option<Child>,
     name: &'static str,
 }
 
 impl Process {
-    /// The pid.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    fn new(child: Child, name: &'static str) -> Self {
+        Self {
+            child: Some(child),
+            name,
+        }
     }
 
-    /// Sends SIGTERM and waits; returns the exit status and the captured stderr, if any.
+    /// Sends SIGTERM and waits; returns the exit status and whatever output was captured.
     pub fn terminate(mut self) -> io::Result<Output> {
+        let child = self
+            .child
+            .take()
+            .ok_or_else(|| io::Error::other("process already reaped"))?;
         // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
         unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
+            libc::kill(child.id() as i32, libc::SIGTERM);
         }
-        let child = std::mem::replace(&mut self.child, Command::new("true").spawn()?);
-        let output = child.wait_with_output();
-        let _ = self.child.wait();
-        output
+        child.wait_with_output()
     }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
+        let Some(child) = self.child.as_mut() else {
+            return;
+        };
         // SAFETY: kill(2) on our own child's pid; harmless if it already exited (not reaped).
         unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
+            libc::kill(child.id() as i32, libc::SIGTERM);
         }
         if wait_for(Duration::from_secs(5), || {
-            matches!(self.child.try_wait(), Ok(Some(_)))
+            matches!(child.try_wait(), Ok(Some(_)))
         })
         .is_err()
         {
             eprintln!("{} did not stop on SIGTERM; killing it", self.name);
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }
@@ -261,10 +267,7 @@ pub fn start_polkitd(bus: &TestBus) -> io::Result<Process> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()?;
-    let process = Process {
-        child,
-        name: "polkitd",
-    };
+    let process = Process::new(child, "polkitd");
     wait_for(Duration::from_secs(15), || {
         name_has_owner(&bus.address(), "org.freedesktop.PolicyKit1")
     })
@@ -289,10 +292,7 @@ pub fn start_service(bus: &TestBus, extra: &[&str]) -> io::Result<Process> {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()?;
-    let process = Process {
-        child,
-        name: "mdev-manager",
-    };
+    let process = Process::new(child, "mdev-manager");
     wait_for(Duration::from_secs(20), || {
         name_has_owner(&bus.address(), dbus_api::names::BUS_NAME)
     })

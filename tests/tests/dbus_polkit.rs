@@ -161,3 +161,34 @@ fn nix_is_root() -> bool {
     // SAFETY: geteuid(2) has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+#[test]
+fn without_polkitd_only_root_may_change_anything() {
+    if !nix_is_root() {
+        panic!("this test needs root (it creates a user)");
+    }
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let user = TestUser::create(&format!("mdevnopk{}", std::process::id() % 100_000), None)
+        .expect("useradd");
+
+    let output = vgpuctl(&bus, Some(&user.name), &["create", "nvidia-t4-2q"]);
+    assert_eq!(
+        output.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stderr).contains("polkitd is not running"));
+    let permissions = json(&vgpuctl(&bus, Some(&user.name), &["--json", "permissions"]));
+    for (action, answer) in permissions.as_object().unwrap() {
+        assert_eq!(answer, "no", "{action}");
+    }
+    // Reads stay open; root still may.
+    assert_eq!(
+        json(&vgpuctl(&bus, Some(&user.name), &["--json", "list"])),
+        serde_json::json!([])
+    );
+    let created = json(&vgpuctl(&bus, None, &["--json", "create", "nvidia-t4-2q"]));
+    assert_eq!(created.as_array().unwrap().len(), 1);
+}

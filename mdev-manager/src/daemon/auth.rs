@@ -185,13 +185,7 @@ impl Polkit {
             .await
         {
             Ok(result) => Ok(Answer::Polkit(result)),
-            Err(zbus::Error::MethodError(name, _, _))
-                if matches!(
-                    name.as_str(),
-                    "org.freedesktop.DBus.Error.ServiceUnknown"
-                        | "org.freedesktop.DBus.Error.NameHasNoOwner"
-                ) =>
-            {
+            Err(error) if error_name(&error).is_some_and(|name| polkitd_absent(&name)) => {
                 Ok(Answer::NoPolkitd)
             }
             Err(e) => Err(BusError::Failed(format!(
@@ -200,6 +194,24 @@ impl Polkit {
             ))),
         }
     }
+}
+
+/// The D-Bus error name of a failed call (zbus turns the bus's own errors into `fdo::Error`).
+fn error_name(error: &zbus::Error) -> Option<String> {
+    match error {
+        zbus::Error::MethodError(name, _, _) => Some(name.to_string()),
+        zbus::Error::FDO(fdo) => Some(zbus::DBusError::name(fdo.as_ref()).to_string()),
+        _ => None,
+    }
+}
+
+/// Whether a failed call to polkit means there is no polkitd: the name has no owner and the
+/// bus could not start one (no activation file, or activation failed).
+fn polkitd_absent(error_name: &str) -> bool {
+    matches!(
+        error_name,
+        "org.freedesktop.DBus.Error.ServiceUnknown" | "org.freedesktop.DBus.Error.NameHasNoOwner"
+    ) || error_name.starts_with("org.freedesktop.DBus.Error.Spawn.")
 }
 
 impl Authorizer for Polkit {
@@ -230,5 +242,41 @@ impl Authorizer for Polkit {
                 _ => Permission::No,
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_or_unstartable_polkitd_counts_as_absent() {
+        assert!(polkitd_absent("org.freedesktop.DBus.Error.ServiceUnknown"));
+        assert!(polkitd_absent("org.freedesktop.DBus.Error.NameHasNoOwner"));
+        // What a bus whose activation helper cannot run answers (seen on Debian without
+        // systemd).
+        assert!(polkitd_absent(
+            "org.freedesktop.DBus.Error.Spawn.PermissionsInvalid"
+        ));
+        assert!(!polkitd_absent("org.freedesktop.PolicyKit1.Error.Failed"));
+        assert!(!polkitd_absent("org.freedesktop.DBus.Error.AccessDenied"));
+    }
+
+    #[tokio::test]
+    async fn allow_all_and_deny_all() {
+        let message = zbus::Message::method_call("/", "Destroy")
+            .build(&())
+            .unwrap();
+        let header = message.header();
+        let request = AuthRequest::new("org.mdevmanager.vgpu1.manage-instances", &header, false)
+            .detail("uuid", "0b7f4c6e-1a2b-4c3d-8e9f-001122334455");
+        let error = DenyAll.check(request).await.unwrap_err();
+        assert_eq!(error.kind(), dbus_api::ErrorKind::NotAuthorized);
+        assert!(error
+            .message()
+            .contains("0b7f4c6e-1a2b-4c3d-8e9f-001122334455"));
+        assert!(error.message().contains("manage-instances"));
+        let request = AuthRequest::new("org.mdevmanager.vgpu1.manage-instances", &header, false);
+        assert!(AllowAll.check(request).await.is_ok());
     }
 }

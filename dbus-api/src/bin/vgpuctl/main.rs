@@ -563,7 +563,10 @@ fn generate(what: &GenerateWhat, dir: &std::path::Path) -> Result<(), Failure> {
         GenerateWhat::Man => {
             command.build();
             write_man(&command, "vgpuctl", dir).map_err(io)?;
-            for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+            for sub in command
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+            {
                 let name = format!("vgpuctl-{}", sub.get_name());
                 write_man(sub, &name, dir).map_err(io)?;
             }
