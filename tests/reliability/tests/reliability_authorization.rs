@@ -1,0 +1,244 @@
+//! Authorization table: every mutating D-Bus method, called by root, by an unprivileged user
+//! and by a member of a group a polkit rule grants the actions to, with the real dbus-daemon,
+//! the real polkitd and the real daemon. The expected outcome per caller is the table below;
+//! a method added to the service but missing here fails the test.
+//!
+//! Reuses the D-Bus helper's harness (`e2e_tests::bus`) and its `mdev-e2e-client` binary,
+//! which calls each mutating method once and prints method → outcome. Needs root (it creates
+//! users and installs polkit files, removed again when it ends).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use dbus_api::path;
+use e2e_tests::bus::{
+    packaging_file, repo_root, start_polkitd, start_service, vgpuctl, wait_for, InstalledFile,
+    TestBus, TestUser,
+};
+
+const ACTIONS_FILE: &str = "/usr/share/polkit-1/actions/org.mdevmanager.vgpu1.policy";
+const REFUSED: &str = "org.mdevmanager.VGpu1.Error.NotAuthorized";
+
+/// Allowed: anything but NotAuthorized (the call may still fail on its merits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Allowed,
+    Refused,
+}
+use Expect::{Allowed, Refused};
+
+/// method, polkit action, root, unprivileged user, member of the granted group
+const TABLE: [(&str, &str, Expect, Expect, Expect); 10] = [
+    ("Manager.Rescan", "reload", Allowed, Refused, Allowed),
+    (
+        "Manager.ReloadProfiles",
+        "reload",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    (
+        "Manager.CreateInstances",
+        "manage-instances",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    ("Manager.PrepareDomain", "assign", Allowed, Refused, Allowed),
+    ("Manager.ReleaseDomain", "assign", Allowed, Refused, Allowed),
+    (
+        "Sriov.SetNumVfs",
+        "configure-sriov",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    (
+        "Instance.Stop",
+        "manage-instances",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    (
+        "Instance.Start",
+        "manage-instances",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    (
+        "Instance.SetAutostart",
+        "manage-persistent",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    (
+        "Instance.Destroy",
+        "manage-instances",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+];
+
+fn client_binary() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(repo_root())
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "e2e-tests",
+            "--bin",
+            "mdev-e2e-client",
+        ])
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building mdev-e2e-client failed");
+    let exe = std::env::current_exe().expect("test path");
+    // <target>/debug/deps/<test> → <target>/debug/mdev-e2e-client
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("mdev-e2e-client"))
+        .expect("target dir")
+}
+
+fn call_everything(
+    bus: &TestBus,
+    client: &Path,
+    user: Option<&str>,
+    instance: &str,
+    parent: &str,
+) -> BTreeMap<String, String> {
+    let mut command = match user {
+        Some(user) => {
+            let mut command = Command::new("runuser");
+            command.args(["-u", user, "--", "env"]);
+            command
+        }
+        None => Command::new("env"),
+    };
+    let output = command
+        .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={}", bus.address()))
+        .arg(client)
+        .args([instance, parent])
+        .output()
+        .expect("run the client");
+    assert!(
+        output.status.success(),
+        "client as {user:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("client JSON")
+}
+
+/// A persistent instance, so that Stop leaves an object for Start to act on.
+fn create_instance(bus: &TestBus) -> String {
+    let output = vgpuctl(
+        bus,
+        None,
+        &["--json", "create", "nvidia-t4-2q", "--autostart"],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let created: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let uuid = created[0]["uuid"].as_str().expect("uuid").to_string();
+    path::mdev_instance_path(&uuid).to_string()
+}
+
+fn check_row(caller: &str, results: &BTreeMap<String, String>, column: impl Fn(usize) -> Expect) {
+    let listed: Vec<&str> = TABLE.iter().map(|row| row.0).collect();
+    let called: Vec<&str> = results.keys().map(String::as_str).collect();
+    assert_eq!(
+        called,
+        {
+            let mut sorted = listed.clone();
+            sorted.sort_unstable();
+            sorted
+        },
+        "the table and the client disagree on the mutating methods"
+    );
+    for (index, row) in TABLE.iter().enumerate() {
+        let outcome = &results[row.0];
+        println!("{caller:>10} {:<26} {:<18} {outcome}", row.0, row.1);
+        assert!(
+            !outcome.starts_with("transport"),
+            "{caller} {}: {outcome}",
+            row.0
+        );
+        match column(index) {
+            Refused => assert_eq!(outcome, REFUSED, "{caller} {}", row.0),
+            Allowed => assert_ne!(outcome, REFUSED, "{caller} {}", row.0),
+        }
+    }
+}
+
+#[test]
+fn every_mutating_method_per_caller_matches_the_table() {
+    // SAFETY: geteuid(2) has no preconditions.
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "needs root: creates users, installs polkit files"
+    );
+    let _actions = if Path::new(ACTIONS_FILE).exists() {
+        None
+    } else {
+        let policy = std::fs::read(packaging_file("polkit/org.mdevmanager.vgpu1.policy")).unwrap();
+        Some(InstalledFile::install(ACTIONS_FILE, &policy).expect("install the polkit actions"))
+    };
+    let client = client_binary();
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _polkitd = start_polkitd(&bus).expect("polkitd");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let h200 = path::parent_path("0000:4b:00.0").to_string();
+
+    let suffix = std::process::id() % 100_000;
+    let outsider = TestUser::create(&format!("relout{suffix}"), None).expect("useradd");
+    let group = format!("relgrp{suffix}");
+    let member = TestUser::create(&format!("relin{suffix}"), Some(&group)).expect("useradd");
+    let rule = format!(
+        "polkit.addRule(function(action, subject) {{\n  \
+         if (action.id.indexOf(\"org.mdevmanager.vgpu1.\") == 0 && subject.isInGroup(\"{group}\")) {{\n    \
+         return polkit.Result.YES;\n  }}\n}});\n"
+    );
+    let _rule = InstalledFile::install(
+        format!("/etc/polkit-1/rules.d/49-mdev-reliability-{suffix}.rules"),
+        rule.as_bytes(),
+    )
+    .expect("install the rule");
+    wait_for(Duration::from_secs(20), || {
+        let output = vgpuctl(&bus, Some(&member.name), &["--json", "permissions"]);
+        output.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&output.stdout)
+                .map(|p| p["org.mdevmanager.vgpu1.manage-instances"] == "yes")
+                .unwrap_or(false)
+    })
+    .expect("polkitd picked up the rule");
+
+    // The unprivileged user first, on an instance root made: nothing may change.
+    let instance = create_instance(&bus);
+    let before = vgpuctl(&bus, None, &["--json", "list"]).stdout;
+    let results = call_everything(&bus, &client, Some(&outsider.name), &instance, &h200);
+    check_row("user", &results, |i| TABLE[i].3);
+    assert_eq!(
+        vgpuctl(&bus, None, &["--json", "list"]).stdout,
+        before,
+        "a refused call changed something"
+    );
+
+    let instance = create_instance(&bus);
+    let results = call_everything(&bus, &client, Some(&member.name), &instance, &h200);
+    check_row("group", &results, |i| TABLE[i].4);
+
+    let instance = create_instance(&bus);
+    let results = call_everything(&bus, &client, None, &instance, &h200);
+    check_row("root", &results, |i| TABLE[i].2);
+}
