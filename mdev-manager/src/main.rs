@@ -189,7 +189,7 @@ async fn main() -> Result<()> {
         engine_config.profiles_dir = dir.clone();
     }
     if sim.is_some()
-        && cli.root == PathBuf::from("/")
+        && cli.root == std::path::Path::new("/")
         && engine_config.state_dir.starts_with("/var/lib")
     {
         bail!(

@@ -177,8 +177,12 @@ fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
+/// `ready` did not hold within the time allowed.
+#[derive(Debug)]
+pub struct WaitTimedOut;
+
 /// Polls `ready` every 20 ms until it holds or `timeout` passes.
-pub fn wait_for(timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<(), ()> {
+pub fn wait_for(timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<(), WaitTimedOut> {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if ready() {
@@ -189,7 +193,7 @@ pub fn wait_for(timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<()
     if ready() {
         Ok(())
     } else {
-        Err(())
+        Err(WaitTimedOut)
     }
 }
 
