@@ -576,6 +576,9 @@ pub struct Engine {
     reserved: Mutex<HashSet<String>>,
     subscribers: Mutex<Vec<mpsc::Sender<EngineEvent>>>,
     pub(crate) profiles: RwLock<profiles::ProfileSet>,
+    /// Threads inside a batch create: the mdev records they commit are saved once, at the
+    /// batch's end (their UUIDs were saved as `pending_creates` before any sysfs write).
+    batching: Mutex<HashSet<std::thread::ThreadId>>,
 }
 
 /// How often a profile is placed again when its chosen parent filled up meanwhile.
@@ -621,6 +624,7 @@ impl Engine {
             reserved: Mutex::new(HashSet::new()),
             subscribers: Mutex::new(Vec::new()),
             profiles: RwLock::new(profiles),
+            batching: Mutex::new(HashSet::new()),
         })
     }
 
@@ -677,9 +681,70 @@ impl Engine {
 
     /// Creates every instance or none: a failure part-way rolls back what the batch did and
     /// returns [`EngineError::Batch`] naming the step and its cause.
+    ///
+    /// A batch of more than one saves the state twice however long it is: its UUIDs as
+    /// `pending_creates` before the first sysfs write, then every record at once. A crash in
+    /// between leaves devices the state does not list yet; [`Engine::reconcile`] removes them.
     pub fn create_batch(
         &self,
-        requests: Vec<CreateRequest>,
+        mut requests: Vec<CreateRequest>,
+    ) -> Result<Vec<InstanceInfo>, EngineError> {
+        let total = requests.len();
+        if total <= 1 {
+            return self.create_batch_steps(&requests);
+        }
+        // Every UUID is fixed up front so the intent can name it.
+        for request in &mut requests {
+            if request.uuid.is_none() {
+                request.uuid = Some(uuid::Uuid::new_v4().to_string());
+            }
+        }
+        // Only UUIDs free now: a crash must never make reconcile remove an instance that was
+        // already there (a taken UUID fails its step anyway).
+        let intent: Vec<String> = {
+            let state = lock(&self.state);
+            requests
+                .iter()
+                .filter_map(|r| names::parse_uuid(r.uuid.as_deref()?).ok())
+                .filter(|uuid| {
+                    !state.instances.contains_key(&uuid.to_string())
+                        && !self.fs().exists(&layout::mdev_device(uuid))
+                })
+                .map(|uuid| uuid.to_string())
+                .collect()
+        };
+        self.update_state(|state| state.pending_creates.extend(intent.iter().cloned()))?;
+        let thread = std::thread::current().id();
+        lock(&self.batching).insert(thread);
+        let outcome = self.create_batch_steps(&requests);
+        lock(&self.batching).remove(&thread);
+        let saved = self.update_state(|state| {
+            for uuid in &intent {
+                state.pending_creates.remove(uuid);
+            }
+        });
+        match (outcome, saved) {
+            (Ok(infos), Ok(())) => Ok(infos),
+            (Err(error), _) => Err(error),
+            (Ok(infos), Err(error)) => {
+                // Nothing may exist that the durable state does not know: undo the batch.
+                let created: Vec<InstanceRecord> = infos
+                    .iter()
+                    .filter_map(|info| lock(&self.state).instances.get(&info.uuid).cloned())
+                    .collect();
+                let rollback_failures = self.roll_back(&created);
+                Err(EngineError::Batch {
+                    step: format!("recording the batch of {total} instances"),
+                    source: Box::new(error),
+                    rollback_failures,
+                })
+            }
+        }
+    }
+
+    fn create_batch_steps(
+        &self,
+        requests: &[CreateRequest],
     ) -> Result<Vec<InstanceInfo>, EngineError> {
         let total = requests.len();
         let mut done: Vec<InstanceRecord> = Vec::new();
@@ -701,6 +766,88 @@ impl Engine {
             }
         }
         Ok(done.iter().map(|record| self.info_of(record)).collect())
+    }
+
+    /// Destroys several instances with one state save (two when a persistent instance is among
+    /// them: the UUIDs are saved as `pending_destroys` first, so a crash part-way cannot bring
+    /// an autostart instance back; reconcile finishes the removal). Every UUID is checked
+    /// (known or forcibly removable, not claimed unless forced) before anything is removed. A
+    /// removal cannot be undone: on a failure part-way, the instances removed so far stay
+    /// removed and forgotten, and the error names the step.
+    pub fn destroy_batch(&self, uuids: &[String], options: DestroyOptions) -> Result<(), EngineError> {
+        let total = uuids.len();
+        let mut keys = Vec::with_capacity(total);
+        let mut any_persistent = false;
+        for text in uuids {
+            let uuid = names::parse_uuid(text)?;
+            let key = uuid.to_string();
+            match lock(&self.state).instances.get(&key) {
+                Some(record) => {
+                    if let (Some(claim), false) = (&record.claim, options.force) {
+                        return Err(claimed(&key, claim));
+                    }
+                    any_persistent |= record.persistent;
+                }
+                None if !self.fs().exists(&layout::mdev_device(&uuid)) => {
+                    return Err(EngineError::UnknownInstance { uuid: key })
+                }
+                None if !options.force => return Err(EngineError::NotOwned { uuid: key }),
+                None => {}
+            }
+            keys.push(key);
+        }
+        if any_persistent {
+            self.update_state(|state| state.pending_destroys.extend(keys.iter().cloned()))?;
+        }
+        let mut outcome = Ok(());
+        for (index, key) in keys.iter().enumerate() {
+            let record = lock(&self.state).instances.get(key).cloned();
+            let removed = match &record {
+                Some(record) => {
+                    let parent_lock = self.parent_lock(&record.parent);
+                    let _serialized = lock(&parent_lock);
+                    self.remove_device(record).map(|()| record.parent.clone())
+                }
+                None => self.remove_unmanaged(key),
+            };
+            match removed {
+                Ok(parent) => {
+                    // Forgotten in memory now, durably with the one save below.
+                    lock(&self.state).instances.remove(key);
+                    self.emit(EngineEvent::InstanceRemoved { uuid: key.clone() });
+                    self.emit(EngineEvent::ParentChanged { parent });
+                }
+                Err(error) => {
+                    outcome = Err(EngineError::Batch {
+                        step: format!("destroying {key} ({} of {total})", index + 1),
+                        source: Box::new(error),
+                        rollback_failures: (index > 0)
+                            .then(|| format!("{index} instances destroyed before it stay destroyed"))
+                            .into_iter()
+                            .collect(),
+                    });
+                    break;
+                }
+            }
+        }
+        self.update_state(|state| {
+            for key in &keys {
+                state.pending_destroys.remove(key);
+            }
+        })?;
+        outcome
+    }
+
+    /// Removes an mdev the state does not know (a forced removal); returns its parent.
+    fn remove_unmanaged(&self, key: &str) -> Result<String, EngineError> {
+        let uuid = names::parse_uuid(key)?;
+        let mdev = discovery::read_mdev(self.fs(), &uuid).ok_or(EngineError::UnknownInstance {
+            uuid: key.to_owned(),
+        })?;
+        let parent_lock = self.parent_lock(&mdev.parent);
+        let _serialized = lock(&parent_lock);
+        self.host.remove_mdev(&uuid)?;
+        Ok(mdev.parent)
     }
 
     /// Undoes creations in reverse order; returns what could not be undone.
@@ -789,11 +936,15 @@ impl Engine {
                 self.bind_passthrough(&mut started, gpu, false)?;
             }
         }
-        self.update_state(|state| {
-            state
-                .instances
-                .insert(started.uuid.clone(), started.clone());
-        })?;
+        // The state already says what is true when starting changed no field (an mdev always):
+        // no save, which keeps reconcile after a reboot at no fsync per instance.
+        if started != *record {
+            self.update_state(|state| {
+                state
+                    .instances
+                    .insert(started.uuid.clone(), started.clone());
+            })?;
+        }
         self.emit(EngineEvent::InstanceChanged {
             uuid: started.uuid.clone(),
         });
@@ -855,6 +1006,7 @@ impl Engine {
                 kept.claim = None;
             }
         })?;
+        self.after_vf_change(&record, true);
         self.emit(if forget {
             EngineEvent::InstanceRemoved { uuid: key }
         } else {
@@ -1546,6 +1698,7 @@ impl Engine {
         self.emit(EngineEvent::ParentChanged {
             parent: record.parent.clone(),
         });
+        self.after_vf_change(&record, false);
         Ok(record)
     }
 
@@ -1564,6 +1717,17 @@ impl Engine {
     /// Records a new instance. If the state cannot be saved the device is removed again, so
     /// nothing exists that the state does not know.
     fn commit_new(&self, record: &InstanceRecord) -> Result<(), EngineError> {
+        // Inside a batch an mdev is recorded in memory only: its UUID is in the saved
+        // `pending_creates`, which lets reconcile find it after a crash, and the batch saves
+        // every record at its end. VF kinds cannot be found by UUID, so they save now.
+        if record.kind == InstanceKind::Mdev
+            && lock(&self.batching).contains(&std::thread::current().id())
+        {
+            lock(&self.state)
+                .instances
+                .insert(record.uuid.clone(), record.clone());
+            return Ok(());
+        }
         let saved = self.update_state(|state| {
             state.instances.insert(record.uuid.clone(), record.clone());
         });

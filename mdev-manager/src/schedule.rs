@@ -569,6 +569,49 @@ impl Engine {
         admit(&ParentSchedule::new(parent), &others, &candidate).map_err(refused)
     }
 
+    /// After a VF instance on an AMD GIM GPU was created or removed: the slices depend on
+    /// which VFs are managed, so they are computed and written again; a removed VF gets GIM's
+    /// default slice back. Failures are logged, never fail the create or destroy.
+    pub(crate) fn after_vf_change(&self, record: &InstanceRecord, removed: bool) {
+        let (InstanceKind::Vf, Some(_)) = (record.kind, record.vf) else {
+            return;
+        };
+        let Ok(pf) = record.parent.parse::<crate::discovery::names::PciAddress>() else {
+            return;
+        };
+        let driver = crate::discovery::link_target_name(
+            self.fs(),
+            &crate::discovery::layout::pci_device(&pf).join("driver"),
+        );
+        if Backend::for_driver(driver.as_deref().unwrap_or("")) != Backend::AmdGim {
+            return;
+        }
+        let result = (|| -> Result<(), ScheduleError> {
+            let inventory = self.inventory()?;
+            let views = parent_views(&inventory);
+            let Some(view) = views.iter().find(|v| v.name == record.parent) else {
+                return Ok(());
+            };
+            let (schedule, _, _) = self.effective_parent_schedule(view);
+            let mut evaluation = self.evaluate(view, &schedule, &self.schedule_records())?;
+            if removed {
+                if let Some(vf) = view.pf.and_then(|pf| {
+                    pf.vfs
+                        .iter()
+                        .find(|vf| Some(vf.function.address) == record.vf)
+                }) {
+                    evaluation
+                        .gim_writes
+                        .push(format!("{},{}", vf.index, amd::DEFAULT_SLICE_US));
+                }
+            }
+            self.apply_gim(&record.parent, &evaluation)
+        })();
+        if let Err(error) = result {
+            tracing::warn!(parent = %record.parent, error = %chain(&error), "cannot re-apply GIM time slices");
+        }
+    }
+
     // ---- internals ----
 
     fn managed_record(&self, uuid: &str) -> Result<InstanceRecord, ScheduleError> {

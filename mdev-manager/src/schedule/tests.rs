@@ -501,3 +501,49 @@ fn a_profiles_compute_request_becomes_the_settings_and_is_admitted_at_create() {
     assert_eq!(sim.mdev_uuids(), vec![UUID_A.to_owned()]);
     assert!(engine.instance(UUID_B).is_err());
 }
+
+#[test]
+fn gim_slices_follow_vf_creates_and_a_destroyed_vf_gets_the_default_back() {
+    let sim = SimHost::builtin("default").unwrap();
+    let gim = Arc::new(GimDebugfs {
+        sim: sim.clone(),
+        vfs: 4,
+        writes: Mutex::new(Vec::new()),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(gim.clone(), dir.path());
+    let first = engine.create(amd_vf()).unwrap();
+    engine
+        .set_instance_schedule(&first.uuid, 300, 0, 0)
+        .unwrap();
+    gim.writes.lock().unwrap().clear();
+    // A second VF changes every managed VF's slice: written at create, without a settings call.
+    let second = engine.create(amd_vf()).unwrap();
+    let writes = gim.writes.lock().unwrap().clone();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    let index_of = |uuid: &str| {
+        let record = lock(&engine.state).instances[uuid].clone();
+        engine
+            .inventory()
+            .unwrap()
+            .sriov_pfs
+            .iter()
+            .find(|p| p.function.address.to_string() == AMD)
+            .unwrap()
+            .vfs
+            .iter()
+            .find(|vf| Some(vf.function.address) == record.vf)
+            .unwrap()
+            .index
+    };
+    let second_index = index_of(&second.uuid);
+    gim.writes.lock().unwrap().clear();
+    engine
+        .destroy(&second.uuid, DestroyOptions::default())
+        .unwrap();
+    let writes = gim.writes.lock().unwrap().clone();
+    assert!(
+        writes.contains(&format!("{second_index},6000")),
+        "the released VF gets GIM's default back: {writes:?}"
+    );
+}
