@@ -1,6 +1,6 @@
 //! `mdev-manager`: the vGPU host service on D-Bus (`org.mdevmanager.VGpu1`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -117,13 +117,14 @@ fn read_config(cli: &Cli) -> Result<ConfigFile> {
     }
 }
 
-fn open_host(
-    cli: &Cli,
-) -> Result<(
+/// The host to work on, the features to publish, and the simulated host when there is one.
+type OpenedHost = (
     Arc<dyn HostFs>,
     Vec<String>,
     Option<mdev_manager::sim::SimHost>,
-)> {
+);
+
+fn open_host(cli: &Cli) -> Result<OpenedHost> {
     let mut features = vec![
         "mdev".to_string(),
         "sriov".to_string(),
@@ -187,6 +188,11 @@ async fn main() -> Result<()> {
     }
     if let Some(dir) = &cli.profiles_dir {
         engine_config.profiles_dir = dir.clone();
+    }
+    if sim.is_some() && cli.root == Path::new("/") {
+        // The simulated GPUs' NVIDIA scheduler options must not reach the real modprobe.d.
+        engine_config.nvidia_modprobe_path =
+            engine_config.state_dir.join("mdev-manager-nvidia.conf");
     }
     if sim.is_some()
         && cli.root == std::path::Path::new("/")
