@@ -82,7 +82,10 @@ pub fn profile_toml(data: &[u8]) {
             .unwrap_or_else(|| panic!("rendered profile vanished:\n{rendered}"));
         // Where a profile came from is not part of its TOML.
         back.origin = profile.origin.clone();
-        assert_eq!(&back, profile, "profile changed through to_toml:\n{rendered}");
+        assert_eq!(
+            &back, profile,
+            "profile changed through to_toml:\n{rendered}"
+        );
     }
     // Merging into the built-in catalog costs a parse of the catalog, so only files that
     // parse on their own go on to it.

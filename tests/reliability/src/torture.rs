@@ -748,10 +748,8 @@ fn serve(
                     }
                 }
             }
-            if mark.starts_with("ACK ") {
-                if batch_fault.take().is_some() {
-                    sim.clear_faults();
-                }
+            if mark.starts_with("ACK ") && batch_fault.take().is_some() {
+                sim.clear_faults();
             }
             events.push(Event::Mark(mark.clone()));
         }

@@ -184,10 +184,8 @@ fn check_row(caller: &str, results: &BTreeMap<String, String>, column: impl Fn(u
 #[test]
 fn every_mutating_method_per_caller_matches_the_table() {
     // SAFETY: geteuid(2) has no preconditions.
-    assert!(
-        unsafe { libc::geteuid() } == 0,
-        "needs root: creates users, installs polkit files"
-    );
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "needs root: creates users, installs polkit files");
     let _actions = if Path::new(ACTIONS_FILE).exists() {
         None
     } else {
