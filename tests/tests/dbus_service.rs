@@ -99,16 +99,32 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
     let available_before = t4_2q["available_instances"].as_u64().unwrap();
 
     // Follow the signals with vgpuctl itself while creating and destroying.
-    let events = std::process::Command::new(e2e_tests::bus::workspace_binary("vgpuctl"))
+    let mut events = std::process::Command::new(e2e_tests::bus::workspace_binary("vgpuctl"))
         .args(["--json", "events"])
         .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("vgpuctl events");
-    // The subscription is in place once the bus lists a match rule for it; a short settle
-    // avoids depending on bus internals.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // It says on stderr when its match rule is in place.
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(events.stderr.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert!(ready.starts_with("following"), "{ready}");
+    let (sender, received) = std::sync::mpsc::channel::<Value>();
+    let stdout = events.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { break };
+            let event = serde_json::from_str(&line).expect("one JSON object per line");
+            if sender.send(event).is_err() {
+                break;
+            }
+        }
+    });
 
     let created = json(&vgpuctl(
         &bus,
@@ -164,17 +180,26 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
         serde_json::json!([])
     );
 
-    // Collect what vgpuctl events saw, then stop it.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // SAFETY: kill(2) on our own child.
+    // Collect what vgpuctl events saw until both removals arrived, then stop it.
+    let mut lines: Vec<Value> = Vec::new();
+    let removal_seen = |lines: &[Value], uuid: &str| {
+        let object = path::mdev_instance_path(uuid).to_string();
+        lines
+            .iter()
+            .any(|e| e["event"] == "removed" && e["object"] == object.as_str())
+    };
+    while !created.iter().all(|u| removal_seen(&lines, u)) {
+        match received.recv_timeout(Duration::from_secs(30)) {
+            Ok(event) => lines.push(event),
+            Err(_) => panic!("removals not announced; events so far: {lines:#?}"),
+        }
+    }
+    // SAFETY: kill(2) on our own child, not yet reaped.
     unsafe {
         libc::kill(events.id() as i32, libc::SIGTERM);
     }
-    let output = events.wait_with_output().unwrap();
-    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect();
+    let _ = events.wait();
+    let _ = reader.join();
     let position = |event: &str, uuid: &str| {
         let object = path::mdev_instance_path(uuid).to_string();
         lines

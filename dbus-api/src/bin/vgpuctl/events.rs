@@ -154,10 +154,9 @@ pub async fn follow(
         .path_namespace(ROOT_PATH)
         .build()?;
     let mut stream = MessageStream::for_match_rule(rule, connection, None).await?;
-    // Tell whoever waits for us (tests, scripts) that the subscription is in place.
-    if !json {
-        eprintln!("following {BUS_NAME} signals (Ctrl-C to stop)");
-    }
+    // Tell whoever waits for us (people, scripts, tests) that the subscription is in place:
+    // nothing the service sends from now on is missed. On stderr, so JSON output stays clean.
+    eprintln!("following {BUS_NAME} signals (Ctrl-C to stop)");
     let mut seen = 0;
     while let Some(message) = stream.next().await {
         let message = message?;
