@@ -774,7 +774,11 @@ impl Engine {
     /// (known or forcibly removable, not claimed unless forced) before anything is removed. A
     /// removal cannot be undone: on a failure part-way, the instances removed so far stay
     /// removed and forgotten, and the error names the step.
-    pub fn destroy_batch(&self, uuids: &[String], options: DestroyOptions) -> Result<(), EngineError> {
+    pub fn destroy_batch(
+        &self,
+        uuids: &[String],
+        options: DestroyOptions,
+    ) -> Result<(), EngineError> {
         let total = uuids.len();
         let mut keys = Vec::with_capacity(total);
         let mut any_persistent = false;
@@ -822,7 +826,9 @@ impl Engine {
                         step: format!("destroying {key} ({} of {total})", index + 1),
                         source: Box::new(error),
                         rollback_failures: (index > 0)
-                            .then(|| format!("{index} instances destroyed before it stay destroyed"))
+                            .then(|| {
+                                format!("{index} instances destroyed before it stay destroyed")
+                            })
                             .into_iter()
                             .collect(),
                     });

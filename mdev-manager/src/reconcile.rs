@@ -18,6 +18,7 @@ impl Engine {
     /// Brings the host in line with the desired state (see [`ReconcileReport`]).
     pub fn reconcile(&self) -> Result<ReconcileReport, EngineError> {
         let mut report = ReconcileReport::default();
+        self.finish_interrupted_batches(&mut report)?;
         self.process_pending_releases(&mut report);
         self.restore_vf_counts(&mut report);
         // Before instances: a half-bound pass-through group goes back whole first.
@@ -28,6 +29,73 @@ impl Engine {
             tracing::info!(target: "reconcile", "schedule: {line}");
         }
         Ok(report)
+    }
+
+    /// A batch create or destroy the service did not finish (it crashed between its intent and
+    /// its final save): what a create made is removed (the batch never reported success), and
+    /// a destroy is completed. Each is reported as vanished and forgotten.
+    fn finish_interrupted_batches(&self, report: &mut ReconcileReport) -> Result<(), EngineError> {
+        let interrupted: Vec<String> = {
+            let state = lock(&self.state);
+            state
+                .pending_creates
+                .iter()
+                .chain(&state.pending_destroys)
+                .cloned()
+                .collect()
+        };
+        if interrupted.is_empty() {
+            return Ok(());
+        }
+        let mut finished = Vec::new();
+        for key in &interrupted {
+            let Ok(uuid) = names::parse_uuid(key) else {
+                finished.push(key.clone());
+                continue;
+            };
+            let record = lock(&self.state).instances.get(key).cloned();
+            let removed = match &record {
+                Some(record) => {
+                    let parent_lock = self.parent_lock(&record.parent);
+                    let _serialized = lock(&parent_lock);
+                    self.remove_device(record)
+                }
+                // A created mdev the crash kept out of the state: found by its UUID.
+                None => match discovery::read_mdev(self.fs(), &uuid) {
+                    Some(mdev) => {
+                        let parent_lock = self.parent_lock(&mdev.parent);
+                        let _serialized = lock(&parent_lock);
+                        self.host.remove_mdev(&uuid)
+                    }
+                    None => Ok(()),
+                },
+            };
+            match removed {
+                Ok(()) => {
+                    finished.push(key.clone());
+                    report.actions.push(ReconcileAction::Vanished {
+                        uuid: key.clone(),
+                        forgotten: true,
+                    });
+                }
+                // Kept pending: the next pass tries again.
+                Err(error) => report.actions.push(ReconcileAction::RecreateFailed {
+                    uuid: key.clone(),
+                    error: format!("finishing an interrupted batch: {error}"),
+                }),
+            }
+        }
+        self.update_state(|state| {
+            for key in &finished {
+                state.instances.remove(key);
+                state.pending_creates.remove(key);
+                state.pending_destroys.remove(key);
+            }
+        })?;
+        for key in finished {
+            self.emit(EngineEvent::InstanceRemoved { uuid: key });
+        }
+        Ok(())
     }
 
     fn process_pending_releases(&self, report: &mut ReconcileReport) {
@@ -133,6 +201,9 @@ impl Engine {
         // A parent that did not come up in time is waited for once per pass, not once per
         // instance; its autostart instances start when it registers (hotplug).
         let mut not_ready: HashMap<String, String> = HashMap::new();
+        // Records of instances gone while we were not looking, saved once after the loop (a
+        // crash before that save only means the next pass finds them gone again).
+        let mut vanished: Vec<(String, bool)> = Vec::new();
         for record in &records {
             if self.is_active(record) {
                 continue;
@@ -164,25 +235,28 @@ impl Engine {
             // Gone while we were not looking. A transient instance (and any claim on it) is
             // forgotten; a persistent one stays defined, unclaimed.
             let forgotten = !record.persistent;
-            self.update_state(|state| {
-                if forgotten {
-                    state.instances.remove(&record.uuid);
-                } else if let Some(kept) = state.instances.get_mut(&record.uuid) {
-                    kept.claim = None;
-                }
-            })?;
-            self.emit(if forgotten {
-                EngineEvent::InstanceRemoved {
-                    uuid: record.uuid.clone(),
-                }
-            } else {
-                EngineEvent::InstanceChanged {
-                    uuid: record.uuid.clone(),
-                }
-            });
+            vanished.push((record.uuid.clone(), forgotten));
             report.actions.push(ReconcileAction::Vanished {
                 uuid: record.uuid.clone(),
                 forgotten,
+            });
+        }
+        if !vanished.is_empty() {
+            self.update_state(|state| {
+                for (uuid, forgotten) in &vanished {
+                    if *forgotten {
+                        state.instances.remove(uuid);
+                    } else if let Some(kept) = state.instances.get_mut(uuid) {
+                        kept.claim = None;
+                    }
+                }
+            })?;
+        }
+        for (uuid, forgotten) in vanished {
+            self.emit(if forgotten {
+                EngineEvent::InstanceRemoved { uuid }
+            } else {
+                EngineEvent::InstanceChanged { uuid }
             });
         }
         let known: Vec<String> = lock(&self.state).instances.keys().cloned().collect();

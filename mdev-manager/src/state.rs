@@ -5,7 +5,7 @@
 //! small [`StateFiles`] trait rather than [`crate::host::HostFs`]: they are not kernel files,
 //! and a test can put a lossy implementation behind it to simulate power loss.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fmt;
 use std::io;
@@ -146,6 +146,15 @@ pub struct StateFile {
     /// Group bindings of pass-through instances, by instance UUID.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub passthrough: BTreeMap<String, crate::engine::passthrough::GroupBinding>,
+    /// UUIDs a batch create is making right now (saved before its first sysfs write, cleared
+    /// with the batch's one save of its records). After a crash, reconcile removes whatever
+    /// of them exists: the batch never reported success.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub pending_creates: BTreeSet<String>,
+    /// UUIDs a batch destroy is removing right now (saved before its first sysfs write when a
+    /// persistent instance is among them). After a crash, reconcile finishes them.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub pending_destroys: BTreeSet<String>,
 }
 
 impl Default for StateFile {
@@ -155,6 +164,8 @@ impl Default for StateFile {
             instances: BTreeMap::new(),
             parents: BTreeMap::new(),
             passthrough: BTreeMap::new(),
+            pending_creates: BTreeSet::new(),
+            pending_destroys: BTreeSet::new(),
         }
     }
 }
