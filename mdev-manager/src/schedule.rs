@@ -647,6 +647,16 @@ impl Engine {
                 schedule
             }
         };
+        // The engine's raw `set_parent_schedule` may store a value without the parent's name;
+        // the slot's key is the name.
+        let stored = stored.map(|mut value| {
+            if let Some(object) = value.as_object_mut() {
+                object
+                    .entry("parent")
+                    .or_insert_with(|| serde_json::Value::from(view.name.clone()));
+            }
+            value
+        });
         match stored.map(serde_json::from_value::<ParentSchedule>) {
             Some(Ok(schedule)) if schedule.parent == view.name && schedule.validate().is_ok() => {
                 (schedule, true, String::new())

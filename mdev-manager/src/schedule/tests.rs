@@ -547,3 +547,23 @@ fn gim_slices_follow_vf_creates_and_a_destroyed_vf_gets_the_default_back() {
         "the released VF gets GIM's default back: {writes:?}"
     );
 }
+
+#[test]
+fn a_raw_stored_policy_without_the_parent_name_is_read_and_a_bad_one_falls_back() {
+    let sim = SimHost::builtin("samples").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(Arc::new(sim), dir.path());
+    engine
+        .set_parent_schedule("mtty", serde_json::json!({"policy": "fixed-share"}))
+        .unwrap();
+    let status = engine.parent_schedule_status("mtty").unwrap();
+    assert!(status.stored);
+    assert_eq!(status.schedule.policy, Policy::FixedShare);
+    engine
+        .set_parent_schedule("mtty", serde_json::json!({"policy": "round-robin"}))
+        .unwrap();
+    let status = engine.parent_schedule_status("mtty").unwrap();
+    assert!(!status.stored);
+    assert_eq!(status.schedule.policy, Policy::Weighted);
+    assert!(status.note.contains("not valid"), "{}", status.note);
+}
