@@ -308,6 +308,7 @@ group_product() {
   check product.foreign_mdev_left_alone product_foreign
   check product.reconcile_after_kill product_reconcile
   check product.sriov_through_service product_sriov
+  check product.vf_bound_for_a_domain product_vf_for_domain
   check product.hotplug_parent product_hotplug
   check product.destroy_all product_destroy_all
   product_stop
@@ -426,6 +427,28 @@ product_sriov() {
   output="$(vgpuctl sriov "$pf" --vfs 0 2>&1)" || { echo "vgpuctl sriov $pf --vfs 0: $output"; return 1; }
   [ "$(cat "/sys/bus/pci/devices/$pf/sriov_numvfs")" = 0 ] || { echo "sriov_numvfs is not 0"; return 1; }
   echo "the service set $pf to 2 VFs and back to 0"
+}
+
+# A domain asks for a VF (what the libvirt hook sends at prepare): the service binds it to
+# vfio-pci, the probe finds it usable by a VMM, and release gives it back (no driver).
+product_vf_for_domain() {
+  local pf vf domain=11111111-2222-4333-8444-555555555555 output driver
+  pf="$(nvme_pf)" || return 1
+  output="$(vgpuctl sriov "$pf" --vfs 2 2>&1)" || { echo "vgpuctl sriov $pf --vfs 2: $output"; return 1; }
+  vf="$(basename "$(readlink "/sys/bus/pci/devices/$pf/virtfn0")")"
+  output="$(timeout 60 busctl --system call org.mdevmanager.VGpu1 /org/mdevmanager/VGpu1/Manager \
+    org.mdevmanager.VGpu1.Manager PrepareDomain 'ssaa{sv}a{sv}' vmtier "$domain" \
+    1 2 kind s vf pci_address s "$vf" 0 2>&1)" || { echo "PrepareDomain: $output"; return 1; }
+  driver="$(basename "$(readlink "/sys/bus/pci/devices/$vf/driver" 2>/dev/null)")"
+  [ "$driver" = vfio-pci ] || { echo "after PrepareDomain $vf is bound to '$driver', not vfio-pci"; return 1; }
+  output="$("$bin/vfio-probe" --kvm never "$vf" 2>&1)" || { echo "vfio-probe $vf after PrepareDomain: $output"; return 1; }
+  output="$(timeout 60 busctl --system call org.mdevmanager.VGpu1 /org/mdevmanager/VGpu1/Manager \
+    org.mdevmanager.VGpu1.Manager ReleaseDomain 'ssa{sv}' vmtier "$domain" 0 2>&1)" ||
+    { echo "ReleaseDomain: $output"; return 1; }
+  driver="$(basename "$(readlink "/sys/bus/pci/devices/$vf/driver" 2>/dev/null)")"
+  [ -z "$driver" ] || { echo "after ReleaseDomain $vf is still bound to $driver"; return 1; }
+  output="$(vgpuctl sriov "$pf" --vfs 0 2>&1)" || { echo "vgpuctl sriov $pf --vfs 0: $output"; return 1; }
+  echo "PrepareDomain bound $vf to vfio-pci (probe ok), ReleaseDomain unbound it"
 }
 
 product_hotplug() {
