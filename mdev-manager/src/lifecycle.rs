@@ -9,11 +9,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::discovery::{self, layout, names::PciAddress};
-use crate::engine::EngineError;
+use crate::engine::{lock, EngineError};
 use crate::holders;
 use crate::host::HostFs;
 
@@ -26,12 +26,31 @@ pub const NVIDIA_DRIVER: &str = "nvidia";
 /// How many writes may stay blocked in the kernel before new blocking writes are refused.
 pub const MAX_STUCK_WRITES: usize = 4;
 
+/// How many finished workers wait for the next write instead of ending.
+const MAX_IDLE_WORKERS: usize = 2;
+
 /// Runs sysfs writes on worker threads with a timeout.
 #[derive(Debug, Clone)]
 pub struct BoundedWriter {
     host: Arc<dyn HostFs>,
     timeout: Duration,
     stuck: Arc<AtomicUsize>,
+    /// Idle workers, each reached through its job channel. Reusing them keeps a thread spawn
+    /// (and, on a busy host, a wait to be scheduled) off every write: reconcile makes hundreds.
+    /// Workers hold only a weak reference, so they end when the last writer clone is dropped.
+    idle: Arc<Mutex<Vec<mpsc::Sender<WorkerJob>>>>,
+}
+
+/// A write for a worker, with the handle that puts the worker back into the idle pool.
+struct WorkerJob {
+    run: Box<dyn FnOnce() + Send>,
+    handle: mpsc::Sender<WorkerJob>,
+}
+
+impl std::fmt::Debug for WorkerJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WorkerJob")
+    }
 }
 
 impl BoundedWriter {
@@ -41,7 +60,48 @@ impl BoundedWriter {
             host,
             timeout,
             stuck: Arc::new(AtomicUsize::new(0)),
+            idle: Arc::new(Mutex::new(Vec::new())),
         }
+    }
+
+    /// Runs `run` on an idle worker, or on a new one when none is idle (a worker stuck in the
+    /// kernel is not idle, so a blocked write never delays the next).
+    fn dispatch(&self, run: Box<dyn FnOnce() + Send>) -> std::io::Result<()> {
+        let mut run = run;
+        loop {
+            let Some(handle) = lock(&self.idle).pop() else {
+                break;
+            };
+            match handle.send(WorkerJob {
+                run,
+                handle: handle.clone(),
+            }) {
+                Ok(()) => return Ok(()),
+                // That worker is gone; take the job back and try the next.
+                Err(mpsc::SendError(back)) => run = back.run,
+            }
+        }
+        let (handle, jobs) = mpsc::channel::<WorkerJob>();
+        let pool = Arc::downgrade(&self.idle);
+        std::thread::Builder::new()
+            .name("sysfs-write".into())
+            .spawn(move || {
+                let mut next = Some(WorkerJob { run, handle });
+                while let Some(WorkerJob { run, handle }) = next.take() {
+                    run();
+                    let Some(pool) = pool.upgrade() else { return };
+                    {
+                        let mut idle = lock(&pool);
+                        if idle.len() >= MAX_IDLE_WORKERS {
+                            return;
+                        }
+                        idle.push(handle);
+                    }
+                    drop(pool);
+                    next = jobs.recv().ok();
+                }
+            })
+            .map(drop)
     }
 
     /// Writes still blocked in the kernel after their caller gave up.
@@ -66,20 +126,18 @@ impl BoundedWriter {
         let thread_stuck = Arc::clone(&self.stuck);
         // The worker owns everything it needs, so an abandoned write can finish (or stay
         // blocked) without borrowing from the caller.
-        let spawned = std::thread::Builder::new()
-            .name("sysfs-write".into())
-            .spawn(move || {
-                let result = host.write(&thread_path, &thread_data);
-                let (lock, ready) = &*thread_slot;
-                let mut slot = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                if slot.abandoned {
-                    // The caller gave up and counted this write as stuck; it is not any more.
-                    thread_stuck.fetch_sub(1, Ordering::SeqCst);
-                } else {
-                    slot.result = Some(result);
-                    ready.notify_all();
-                }
-            });
+        let spawned = self.dispatch(Box::new(move || {
+            let result = host.write(&thread_path, &thread_data);
+            let (lock, ready) = &*thread_slot;
+            let mut slot = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if slot.abandoned {
+                // The caller gave up and counted this write as stuck; it is not any more.
+                thread_stuck.fetch_sub(1, Ordering::SeqCst);
+            } else {
+                slot.result = Some(result);
+                ready.notify_all();
+            }
+        }));
         if let Err(source) = spawned {
             return Err(EngineError::Sysfs {
                 op: "write",
