@@ -517,12 +517,18 @@ impl Engine {
         Ok(())
     }
 
-    /// Whether every member of a pass-through is on `vfio-pci` and the binding is complete.
+    /// Whether the GPU and every non-bridge member of its group are on `vfio-pci`. Read from
+    /// the host alone: callers may hold the state lock (a binding left incomplete by a crash
+    /// is settled by [`Engine::reconcile`] before anything relies on this).
     pub(crate) fn passthrough_active(&self, record: &InstanceRecord) -> bool {
-        let Some(binding) = lock(&self.state).passthrough.get(&record.uuid).cloned() else {
+        let Some(gpu) = record.vf else {
             return false;
         };
-        binding.phase == BindPhase::Bound && self.all_on_vfio(&binding)
+        self.survey_group(gpu).is_ok_and(|survey| {
+            survey.members.iter().all(|member| {
+                member.role == MemberRole::Bridge || member.driver.as_deref() == Some(VFIO_PCI)
+            })
+        })
     }
 
     fn all_on_vfio(&self, binding: &GroupBinding) -> bool {
