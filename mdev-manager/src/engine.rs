@@ -616,7 +616,11 @@ impl Engine {
         let profiles = profiles::ProfileSet::load(files.as_ref(), &config.profiles_dir, false)?;
         let writer = BoundedWriter::new(Arc::clone(&host), config.write_timeout);
         Ok(Self {
-            host: Host { fs: host, writer },
+            host: Host {
+                fs: host,
+                writer,
+                echoes: Default::default(),
+            },
             files,
             config,
             state: Mutex::new(state),

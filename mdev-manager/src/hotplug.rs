@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::discovery::{self, layout, names, names::PciAddress};
 use crate::engine::{lock, Engine, EngineEvent};
+use crate::lifecycle::EchoKind;
 
 /// What happened to a device (the uevent `ACTION`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,10 +216,20 @@ impl Engine {
                     parent: event.sysname.clone(),
                 });
             }
-            ("mdev", HostEventAction::Add, _) => self.emit(EngineEvent::InstanceAdded {
-                uuid: event.sysname.clone(),
-            }),
-            ("mdev", HostEventAction::Remove, _) => self.mdev_vanished(&event.sysname),
+            // Our own create and remove were announced (and recorded) by the call that made
+            // them; their uevents only repeat that.
+            ("mdev", HostEventAction::Add, _) => {
+                if !self.host.echoes.take(EchoKind::Added, &event.sysname) {
+                    self.emit(EngineEvent::InstanceAdded {
+                        uuid: event.sysname.clone(),
+                    })
+                }
+            }
+            ("mdev", HostEventAction::Remove, _) => {
+                if !self.host.echoes.take(EchoKind::Removed, &event.sysname) {
+                    self.mdev_vanished(&event.sysname)
+                }
+            }
             ("mdev", _, _) => self.emit(EngineEvent::InstanceChanged {
                 uuid: event.sysname.clone(),
             }),

@@ -183,6 +183,71 @@ pub struct Host {
     pub fs: Arc<dyn HostFs>,
     /// Bounded writes.
     pub writer: BoundedWriter,
+    /// mdev uevents our own writes cause, so hotplug does not announce them a second time.
+    pub echoes: Arc<OwnEchoes>,
+}
+
+/// How long an expected uevent of our own write is waited for. A uevent reaches the monitor
+/// within milliseconds; the window only bounds what an event that never came can hide.
+const ECHO_WINDOW: Duration = Duration::from_secs(30);
+
+/// Whether an mdev uevent announces a device that appeared or one that went away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EchoKind {
+    /// `add` (our `create` write).
+    Added,
+    /// `remove` (our `remove` write).
+    Removed,
+}
+
+/// The mdev `add`/`remove` uevents the service's own writes are about to cause. The engine
+/// announces its own changes itself (after recording them); the kernel's uevent for the same
+/// change is recognised here and dropped, while changes made outside the service still come
+/// through hotplug. Registered *before* the write, because the uevent can arrive before the
+/// writing call returns.
+#[derive(Debug, Default)]
+pub struct OwnEchoes {
+    expected: Mutex<std::collections::HashMap<(EchoKind, String), std::time::Instant>>,
+}
+
+impl OwnEchoes {
+    /// Notes that our write will cause `kind` for the mdev `uuid`.
+    pub fn expect(&self, kind: EchoKind, uuid: &uuid::Uuid) {
+        let now = std::time::Instant::now();
+        let mut expected = lock(&self.expected);
+        expected.retain(|_, since| now.duration_since(*since) < ECHO_WINDOW);
+        expected.insert((kind, uuid.to_string()), now);
+    }
+
+    /// Drops an expectation whose write failed (no uevent will come).
+    pub fn cancel(&self, kind: EchoKind, uuid: &uuid::Uuid) {
+        lock(&self.expected).remove(&(kind, uuid.to_string()));
+    }
+
+    /// Whether a uevent is the echo of our own write (consumes the expectation).
+    pub fn take(&self, kind: EchoKind, uuid: &str) -> bool {
+        lock(&self.expected)
+            .remove(&(kind, uuid.to_owned()))
+            .is_some_and(|since| since.elapsed() < ECHO_WINDOW)
+    }
+
+    /// Writes `value` to `path` expecting `kind` for `uuid`; a write refused outright causes no
+    /// uevent, while one that timed out may still complete, so its expectation stays.
+    fn around(
+        &self,
+        kind: EchoKind,
+        uuid: &uuid::Uuid,
+        write: impl FnOnce() -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        self.expect(kind, uuid);
+        let result = write();
+        if let Err(error) = &result {
+            if !matches!(error, EngineError::WriteTimedOut { .. }) {
+                self.cancel(kind, uuid);
+            }
+        }
+        result
+    }
 }
 
 impl Host {
@@ -233,10 +298,12 @@ impl Host {
         uuid: &uuid::Uuid,
         attributes: &[(String, String)],
     ) -> Result<(), EngineError> {
-        self.write(
-            &layout::mdev_type(parent, type_id).join("create"),
-            &uuid.to_string(),
-        )?;
+        self.echoes.around(EchoKind::Added, uuid, || {
+            self.write(
+                &layout::mdev_type(parent, type_id).join("create"),
+                &uuid.to_string(),
+            )
+        })?;
         for (name, value) in attributes {
             let path = layout::mdev_device(uuid).join(name);
             if let Err(error) = self.write(&path, value) {
@@ -257,7 +324,9 @@ impl Host {
     /// Removes an mdev after checking nobody holds it.
     pub fn remove_mdev(&self, uuid: &uuid::Uuid) -> Result<(), EngineError> {
         self.check_mdev_not_held(uuid)?;
-        self.write(&layout::mdev_device(uuid).join("remove"), "1")
+        self.echoes.around(EchoKind::Removed, uuid, || {
+            self.write(&layout::mdev_device(uuid).join("remove"), "1")
+        })
     }
 
     /// Sets a PF's VF count: autoprobe off, `0` first when changing a non-zero count, then `n`.

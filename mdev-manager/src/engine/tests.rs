@@ -1633,7 +1633,11 @@ fn batch_create_saves_its_intent_first_and_its_records_once_and_destroy_batch_sa
         .destroy_batch(&uuids, DestroyOptions::default())
         .unwrap();
     let saved = lock(&files.saved).clone();
-    assert_eq!(saved.len(), 1, "transient instances need no intent: {saved:#?}");
+    assert_eq!(
+        saved.len(),
+        1,
+        "transient instances need no intent: {saved:#?}"
+    );
     assert!(sorted_keys(&saved[0], "instances").is_empty());
     assert!(sim.mdev_uuids().is_empty());
 }
@@ -1717,7 +1721,9 @@ fn reconcile_finishes_batches_a_crash_interrupted() {
         .unwrap();
     let mut state = lock(&s.engine.state).clone();
     state.pending_destroys.insert(UUID_A.to_owned());
-    state.pending_creates.extend(made.iter().map(|u| u.to_string()));
+    state
+        .pending_creates
+        .extend(made.iter().map(|u| u.to_string()));
     // A third UUID whose create never reached the kernel.
     state
         .pending_creates
@@ -1748,4 +1754,61 @@ fn reconcile_finishes_batches_a_crash_interrupted() {
     let saved = saved_state(&s);
     assert!(sorted_keys(&saved, "instances").is_empty(), "{saved:#}");
     assert!(saved.get("pending_creates").is_none() && saved.get("pending_destroys").is_none());
+}
+
+#[test]
+fn own_changes_are_announced_once_while_outside_changes_still_come_through_hotplug() {
+    let s = setup("samples");
+    let events = s.engine.subscribe();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = s
+        .engine
+        .spawn_hotplug(Box::new(SimEvents(s.sim.subscribe())), Arc::clone(&stop));
+
+    s.engine
+        .create(mdev("mtty", "mtty-1", Some(UUID_A)))
+        .unwrap();
+    s.engine.destroy(UUID_A, DestroyOptions::default()).unwrap();
+    // Someone else's mdev, made and removed outside the service. The hotplug thread handles
+    // uevents in order, so once its removal is seen, every echo of ours was handled too.
+    let stranger = "11111111-2222-3333-4444-555555555555";
+    s.sim
+        .write(
+            Path::new("/sys/class/mdev_bus/mtty/mdev_supported_types/mtty-1/create"),
+            stranger.as_bytes(),
+        )
+        .unwrap();
+    s.sim
+        .write(
+            &Path::new("/sys/bus/mdev/devices")
+                .join(stranger)
+                .join("remove"),
+            b"1",
+        )
+        .unwrap();
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let stranger_removed = EngineEvent::InstanceRemoved {
+        uuid: stranger.into(),
+    };
+    while !seen.contains(&stranger_removed) && std::time::Instant::now() < deadline {
+        if let Some(event) = events.recv_timeout(Duration::from_millis(50)) {
+            seen.push(event);
+        }
+    }
+    let count = |wanted: EngineEvent| seen.iter().filter(|e| **e == wanted).count();
+    for uuid in [UUID_A, stranger] {
+        assert_eq!(
+            count(EngineEvent::InstanceAdded { uuid: uuid.into() }),
+            1,
+            "{uuid}: {seen:?}"
+        );
+        assert_eq!(
+            count(EngineEvent::InstanceRemoved { uuid: uuid.into() }),
+            1,
+            "{uuid}: {seen:?}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    thread.join().unwrap();
 }
