@@ -902,15 +902,29 @@ impl Engine {
             // Reported in the status note; the settings stay stored for when it appears.
             return Ok(());
         }
-        for line in &evaluation.gim_writes {
-            self.fs()
-                .write(&path, line.as_bytes())
-                .map_err(|source| ScheduleError::Write {
-                    path: path.clone(),
-                    source,
-                })?;
+        // GIM checks the budget on every write and its file cannot be read back, so the order
+        // that keeps each step within budget is unknown: retry what was refused after the
+        // others. A shrinking slice always fits, and once only growing ones are left each fits
+        // on its own (the final set is within budget), so every pass makes progress unless a
+        // write is refused for another reason.
+        let mut pending: Vec<&String> = evaluation.gim_writes.iter().collect();
+        loop {
+            let mut refused = Vec::new();
+            let mut last_error = None;
+            for line in &pending {
+                if let Err(error) = self.fs().write(&path, line.as_bytes()) {
+                    refused.push(*line);
+                    last_error = Some(error);
+                }
+            }
+            match last_error {
+                None => return Ok(()),
+                Some(source) if refused.len() == pending.len() => {
+                    return Err(ScheduleError::Write { path, source })
+                }
+                Some(_) => pending = refused,
+            }
         }
-        Ok(())
     }
 
     /// Rewrites the NVIDIA options file from every NVIDIA parent's stored schedule. Returns a

@@ -2,9 +2,8 @@
 //! NVIDIA and AMD backends' outputs as the host sees them, and persistence across a restart
 //! and a reboot.
 
-use std::io;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
@@ -270,65 +269,6 @@ fn nvidia_policy_goes_to_the_modprobe_file_under_the_root_and_is_refused_while_v
     assert_eq!(c.effective.ppm(), 1_000_000 / 16);
 }
 
-/// GIM's debugfs file in front of the simulated host, which does not model debugfs yet: takes
-/// `vf,µs` writes the way GIM's `asymmetric_timeslice` store does (EINVAL for a VF index
-/// beyond the enabled VFs or a slice outside 1..=500 ms) and records them.
-#[derive(Debug)]
-struct GimDebugfs {
-    sim: SimHost,
-    vfs: u32,
-    writes: Mutex<Vec<String>>,
-}
-
-impl GimDebugfs {
-    fn is_file(path: &Path) -> bool {
-        path == gim_timeslice_path(AMD)
-    }
-}
-
-impl HostFs for GimDebugfs {
-    fn read(&self, path: &Path) -> io::Result<String> {
-        if Self::is_file(path) {
-            return Ok(self.writes.lock().unwrap().join("\n"));
-        }
-        self.sim.read(path)
-    }
-    fn write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
-        if !Self::is_file(path) {
-            return self.sim.write(path, data);
-        }
-        let text =
-            std::str::from_utf8(data).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let (vf, us) = text
-            .trim()
-            .split_once(',')
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let vf: u32 = vf
-            .parse()
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let us: u32 = us
-            .parse()
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        if vf >= self.vfs || !(1_000..=500_000).contains(&us) {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        self.writes.lock().unwrap().push(text.to_owned());
-        Ok(())
-    }
-    fn list(&self, dir: &Path) -> io::Result<Vec<std::ffi::OsString>> {
-        self.sim.list(dir)
-    }
-    fn read_link(&self, path: &Path) -> io::Result<std::path::PathBuf> {
-        self.sim.read_link(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        Self::is_file(path) || self.sim.exists(path)
-    }
-    fn is_dir(&self, path: &Path) -> bool {
-        self.sim.is_dir(path)
-    }
-}
-
 fn amd_vf() -> CreateRequest {
     CreateRequest::new(CreateTarget::Vf {
         pf: AMD.into(),
@@ -336,18 +276,41 @@ fn amd_vf() -> CreateRequest {
     })
 }
 
+/// The VF index (on the AMD PF) of a VF instance.
+fn vf_index(engine: &Engine, uuid: &str) -> u32 {
+    let record = lock(&engine.state).instances[uuid].clone();
+    engine
+        .inventory()
+        .unwrap()
+        .sriov_pfs
+        .iter()
+        .find(|p| p.function.address.to_string() == AMD)
+        .unwrap()
+        .vfs
+        .iter()
+        .find(|vf| Some(vf.function.address) == record.vf)
+        .unwrap()
+        .index
+}
+
 #[test]
-fn amd_slices_are_written_to_gim_debugfs_in_proportion_to_the_weights() {
+fn amd_slices_reach_gim_debugfs_in_proportion_to_the_weights_and_come_back_after_a_reboot() {
     let sim = SimHost::builtin("default").unwrap();
-    let gim = Arc::new(GimDebugfs {
-        sim: sim.clone(),
-        vfs: 4,
-        writes: Mutex::new(Vec::new()),
-    });
     let dir = tempfile::tempdir().unwrap();
-    let engine = open(gim.clone(), dir.path());
-    let first = engine.create(amd_vf()).unwrap();
-    let second = engine.create(amd_vf()).unwrap();
+    let engine = open(Arc::new(sim.clone()), dir.path());
+    assert_eq!(sim.gim_time_slices(AMD), Some(Default::default()));
+    let first = engine
+        .create(CreateRequest {
+            autostart: true,
+            ..amd_vf()
+        })
+        .unwrap();
+    let second = engine
+        .create(CreateRequest {
+            autostart: true,
+            ..amd_vf()
+        })
+        .unwrap();
     engine
         .set_parent_policy(
             AMD,
@@ -357,56 +320,32 @@ fn amd_slices_are_written_to_gim_debugfs_in_proportion_to_the_weights() {
             },
         )
         .unwrap();
-    gim.writes.lock().unwrap().clear();
     let status = engine
         .set_instance_schedule(&second.uuid, 300, 0, 0)
         .unwrap();
-    // Honest report: the two VFs not managed here keep GIM's default slice, so the managed
-    // ones get their slice out of the whole budget, not the 25% / 75% the plan asks.
-    assert!(!status.enforced);
-    assert!(status.note.contains("not managed"), "{}", status.note);
-    let writes = gim.writes.lock().unwrap().clone();
-    assert_eq!(writes.len(), 2, "{writes:?}");
-    let slice_of = |uuid: &str| {
-        let record = lock(&engine.state).instances[uuid].clone();
-        let inventory = engine.inventory().unwrap();
-        let index = inventory
-            .sriov_pfs
-            .iter()
-            .find(|p| p.function.address.to_string() == AMD)
-            .unwrap()
-            .vfs
-            .iter()
-            .find(|vf| Some(vf.function.address) == record.vf)
-            .unwrap()
-            .index;
-        writes
-            .iter()
-            .find_map(|w| {
-                let (vf, us) = w.split_once(',')?;
-                (vf.parse::<u32>().ok()? == index).then(|| us.parse::<u32>().unwrap())
-            })
-            .unwrap()
-    };
-    let (a, b) = (slice_of(&first.uuid), slice_of(&second.uuid));
+    let slices = sim.gim_time_slices(AMD).unwrap();
+    assert_eq!(slices.len(), 2, "{slices:?}");
+    let a = slices[&vf_index(&engine, &first.uuid)];
+    let b = slices[&vf_index(&engine, &second.uuid)];
     assert_eq!(b, 3 * a, "weights 100 : 300 -> slices {a} : {b}");
-    // The other two VFs keep GIM's default 6 ms; the whole stays within 4 x 6 ms.
+    // The other two VFs keep GIM's default 6 ms; the sim refuses over-commit, so the whole fits.
     assert!(a + b + 2 * 6_000 <= 4 * 6_000, "{a} + {b}");
     assert_eq!(status.time_slice_us, b);
+    // Honest report: the VFs not managed here keep their default slice, so the managed ones get
+    // their slice out of the whole budget, not the 25% / 75% the plan asks.
+    assert!(!status.enforced);
+    assert!(status.note.contains("not managed"), "{}", status.note);
     assert_eq!(
         u64::from(status.effective.ppm()),
         u64::from(b) * 1_000_000 / (4 * 6_000)
     );
 
-    // A restart re-applies them (reconcile), from the state file alone.
-    gim.writes.lock().unwrap().clear();
-    let reopened = open(gim.clone(), dir.path());
+    // Reboot: GIM starts with defaults; reconcile recreates the VFs and writes the slices again.
+    sim.reboot();
+    assert_eq!(sim.gim_time_slices(AMD), Some(Default::default()));
+    let reopened = open(Arc::new(sim.clone()), dir.path());
     reopened.reconcile().unwrap();
-    let mut again = gim.writes.lock().unwrap().clone();
-    let mut before = writes.clone();
-    again.sort();
-    before.sort();
-    assert_eq!(again, before);
+    assert_eq!(sim.gim_time_slices(AMD).unwrap(), slices);
 }
 
 #[test]
@@ -505,47 +444,36 @@ fn a_profiles_compute_request_becomes_the_settings_and_is_admitted_at_create() {
 #[test]
 fn gim_slices_follow_vf_creates_and_a_destroyed_vf_gets_the_default_back() {
     let sim = SimHost::builtin("default").unwrap();
-    let gim = Arc::new(GimDebugfs {
-        sim: sim.clone(),
-        vfs: 4,
-        writes: Mutex::new(Vec::new()),
-    });
     let dir = tempfile::tempdir().unwrap();
-    let engine = open(gim.clone(), dir.path());
+    let engine = open(Arc::new(sim.clone()), dir.path());
     let first = engine.create(amd_vf()).unwrap();
     engine
         .set_instance_schedule(&first.uuid, 300, 0, 0)
         .unwrap();
-    gim.writes.lock().unwrap().clear();
+    let alone = sim.gim_time_slices(AMD).unwrap();
     // A second VF changes every managed VF's slice: written at create, without a settings call.
     let second = engine.create(amd_vf()).unwrap();
-    let writes = gim.writes.lock().unwrap().clone();
-    assert_eq!(writes.len(), 2, "{writes:?}");
-    let index_of = |uuid: &str| {
-        let record = lock(&engine.state).instances[uuid].clone();
-        engine
-            .inventory()
-            .unwrap()
-            .sriov_pfs
-            .iter()
-            .find(|p| p.function.address.to_string() == AMD)
-            .unwrap()
-            .vfs
-            .iter()
-            .find(|vf| Some(vf.function.address) == record.vf)
-            .unwrap()
-            .index
-    };
-    let second_index = index_of(&second.uuid);
-    gim.writes.lock().unwrap().clear();
+    let both = sim.gim_time_slices(AMD).unwrap();
+    let (first_index, second_index) = (
+        vf_index(&engine, &first.uuid),
+        vf_index(&engine, &second.uuid),
+    );
+    assert_ne!(
+        alone.get(&first_index),
+        both.get(&first_index),
+        "{alone:?} -> {both:?}"
+    );
+    assert_eq!(both[&first_index], 3 * both[&second_index], "{both:?}");
     engine
         .destroy(&second.uuid, DestroyOptions::default())
         .unwrap();
-    let writes = gim.writes.lock().unwrap().clone();
-    assert!(
-        writes.contains(&format!("{second_index},6000")),
-        "the released VF gets GIM's default back: {writes:?}"
+    let after = sim.gim_time_slices(AMD).unwrap();
+    assert_eq!(
+        after.get(&second_index),
+        Some(&6_000),
+        "the released VF gets GIM's default back: {after:?}"
     );
+    assert_eq!(after[&first_index], alone[&first_index]);
 }
 
 #[test]

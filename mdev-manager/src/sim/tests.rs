@@ -867,9 +867,16 @@ fn every_file_reads_like_sysfs() {
                     );
                 }
                 Err(errno) => {
-                    let write_only = ["create", "remove", "bind", "unbind", "drivers_probe"]
-                        .iter()
-                        .any(|f| path.ends_with(f));
+                    let write_only = [
+                        "create",
+                        "remove",
+                        "bind",
+                        "unbind",
+                        "drivers_probe",
+                        "asymmetric_timeslice",
+                    ]
+                    .iter()
+                    .any(|f| path.ends_with(f));
                     let device_node = path.starts_with("/dev/vfio/");
                     assert!(
                         write_only || device_node,

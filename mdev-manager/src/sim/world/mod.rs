@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::Sender;
 
+mod gim;
 mod mdev;
 mod modules;
 mod nvidia;
@@ -53,6 +54,11 @@ pub(crate) enum Attr {
     VfioContainer,
     /// `/dev/null`: reads nothing, swallows writes.
     Null,
+    /// `/sys/kernel/debug/gim/<pf>/asymmetric_timeslice` (write-only): VF index → µs.
+    GimTimeslice {
+        pf: String,
+        slices: BTreeMap<u32, u32>,
+    },
 }
 
 /// The result of a store that may have to wait for a holder, like the kernel's
@@ -542,6 +548,8 @@ impl World {
             }),
             Attr::VfioContainer => Err(libc::EINVAL),
             Attr::Null => Ok(String::new()),
+            // A debugfs file without a read operation: vfs_read() refuses it.
+            Attr::GimTimeslice { .. } => Err(libc::EINVAL),
             Attr::Create { .. }
             | Attr::Remove { .. }
             | Attr::DriversProbe
@@ -603,6 +611,7 @@ impl World {
             Attr::Bind { driver } => self.bind_store(&driver, data),
             Attr::Unbind { driver } => return self.unbind_store(&driver, data),
             Attr::NvCurrent { bdf } => self.nvidia_current_store(&bdf, data),
+            Attr::GimTimeslice { pf, .. } => self.gim_timeslice_store(path, &pf, data),
         };
         Store::Done(result)
     }

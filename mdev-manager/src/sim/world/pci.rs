@@ -174,6 +174,7 @@ impl World {
         if vfs_at_bind > 0 {
             self.enable_vfs(bdf, vfs_at_bind);
         }
+        self.gim_bound(bdf, driver);
     }
 
     /// Groups whose holders an unbind of `bdf` must wait for (the device itself when it is a
@@ -226,6 +227,7 @@ impl World {
 
     pub(super) fn unbind_now(&mut self, bdf: &str) {
         self.unregister_parents_on(bdf);
+        self.gim_unbound(bdf);
         let numvfs = self
             .pci
             .get(bdf)
