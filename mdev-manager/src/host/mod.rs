@@ -89,7 +89,11 @@ impl HostFs for RealFs {
         if written != data.len() {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
-                format!("short write to {}: {written} of {} bytes", path.display(), data.len()),
+                format!(
+                    "short write to {}: {written} of {} bytes",
+                    path.display(),
+                    data.len()
+                ),
             ));
         }
         Ok(())
@@ -137,7 +141,10 @@ mod tests {
         assert_eq!(fs.read(Path::new("/sys/x/attr")).unwrap(), "1\n");
         fs.write(Path::new("/sys/x/attr"), b"22").unwrap();
         assert_eq!(fs.read(Path::new("/sys/x/attr")).unwrap(), "22");
-        assert_eq!(fs.list(Path::new("/sys/x")).unwrap(), vec![OsString::from("attr")]);
+        assert_eq!(
+            fs.list(Path::new("/sys/x")).unwrap(),
+            vec![OsString::from("attr")]
+        );
         assert!(fs.write(Path::new("/sys/x/missing"), b"1").is_err());
     }
 }
