@@ -26,8 +26,9 @@ pub enum HostdevError {
 
 /// The `<hostdev>` element to paste into a domain's `<devices>`.
 ///
-/// An mdev is `type='mdev' model='vfio-pci'` addressed by UUID; a VF is a PCI hostdev with
-/// `managed='no'`, because the service (not libvirt) owns its driver binding.
+/// An mdev is `type='mdev' model='vfio-pci'` addressed by UUID; a VF or a pass-through GPU is
+/// a PCI hostdev with `managed='no'`, because the service (not libvirt) owns its driver
+/// binding (for a pass-through, that of its whole IOMMU group).
 pub fn hostdev_xml(instance: &InstanceRecord) -> Result<String, HostdevError> {
     match instance.kind.as_str() {
         instance_kind::MDEV => Ok(format!(
@@ -35,7 +36,7 @@ pub fn hostdev_xml(instance: &InstanceRecord) -> Result<String, HostdevError> {
              <source>\n    <address uuid='{}'/>\n  </source>\n</hostdev>\n",
             instance.uuid
         )),
-        instance_kind::VF | instance_kind::NVIDIA_VF => {
+        instance_kind::VF | instance_kind::NVIDIA_VF | instance_kind::PASSTHROUGH => {
             let bad = || HostdevError::BadPciAddress {
                 object: instance.object.clone(),
                 address: instance.pci_address.clone(),
@@ -94,6 +95,17 @@ mod tests {
         let xml = hostdev_xml(&record("vf", "", "0000:3b:01.7")).unwrap();
         assert!(xml.contains("type='pci' managed='no'"));
         assert!(xml.contains("domain='0x0000' bus='0x3b' slot='0x01' function='0x7'"));
+    }
+
+    #[test]
+    fn passthrough_is_an_unmanaged_pci_hostdev_of_the_gpu() {
+        let xml = hostdev_xml(&record("passthrough", "", "0000:41:00.0")).unwrap();
+        assert_eq!(
+            xml,
+            "<hostdev mode='subsystem' type='pci' managed='no'>\n  <source>\n    \
+             <address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/>\n  \
+             </source>\n</hostdev>\n"
+        );
     }
 
     #[test]

@@ -98,4 +98,6 @@ pub mod instance_kind {
     pub const VF: &str = "vf";
     /// An NVIDIA SR-IOV vGPU (a VF with a vGPU type set).
     pub const NVIDIA_VF: &str = "nvidia-vf";
+    /// A whole GPU passed through (its IOMMU group bound to `vfio-pci` by the service).
+    pub const PASSTHROUGH: &str = "passthrough";
 }
