@@ -49,6 +49,59 @@ pub struct EngineConfig {
     /// Host path of the NVIDIA scheduler options file the service owns
     /// (`/etc/modprobe.d/mdev-manager-nvidia.conf`; a simulated host keeps it elsewhere).
     pub nvidia_modprobe_path: PathBuf,
+    /// How profiles are placed when a request says nothing (`pack`, no NUMA preference).
+    pub placement: PlacementRequest,
+}
+
+pub use vgpu_profiles::placement::Policy as PlacementPolicy;
+
+/// How a profile is placed over the parents that can take it (see `vgpu_profiles::placement`).
+/// Every field left unset falls back to [`EngineConfig::placement`]. A pinned parent
+/// (`CreateTarget::Profile { parent: Some(..) }`) overrides all of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementRequest {
+    /// `pack` fills the busiest parent first (keeps whole GPUs free); `spread` takes the idlest.
+    #[serde(default)]
+    pub policy: Option<PlacementPolicy>,
+    /// Prefer parents on this NUMA node (the node of the guest's memory or CPUs).
+    #[serde(default)]
+    pub numa_node: Option<u32>,
+    /// Accept only parents on `numa_node` (otherwise they are only preferred).
+    #[serde(default)]
+    pub numa_strict: bool,
+}
+
+impl PlacementRequest {
+    /// This request with its unset fields taken from `default` (the NUMA node and its
+    /// strictness go together).
+    pub fn or(self, default: PlacementRequest) -> PlacementRequest {
+        let (numa_node, numa_strict) = match self.numa_node {
+            Some(node) => (Some(node), self.numa_strict),
+            None => (default.numa_node, default.numa_strict),
+        };
+        PlacementRequest {
+            policy: self.policy.or(default.policy),
+            numa_node,
+            numa_strict,
+        }
+    }
+
+    /// The options `vgpu_profiles::placement::place` takes.
+    pub(crate) fn options(
+        self,
+        parent: Option<&str>,
+    ) -> vgpu_profiles::placement::PlacementOptions {
+        vgpu_profiles::placement::PlacementOptions {
+            policy: self.policy.unwrap_or_default(),
+            numa: self
+                .numa_node
+                .map(|node| vgpu_profiles::placement::NumaPreference {
+                    node,
+                    strict: self.numa_strict,
+                }),
+            parent: parent.map(str::to_owned),
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -61,6 +114,7 @@ impl Default for EngineConfig {
             poll_interval: Duration::from_millis(100),
             write_timeout: Duration::from_secs(10),
             nvidia_modprobe_path: PathBuf::from(crate::schedule::NVIDIA_MODPROBE_PATH),
+            placement: PlacementRequest::default(),
         }
     }
 }
@@ -121,6 +175,9 @@ pub struct CreateRequest {
     pub attributes: Vec<(String, String)>,
     /// Scheduling fields to record.
     pub scheduling: Scheduling,
+    /// How a `Profile` target is placed (unset fields: [`EngineConfig::placement`]).
+    #[serde(default)]
+    pub placement: PlacementRequest,
 }
 
 impl CreateRequest {
@@ -133,6 +190,7 @@ impl CreateRequest {
             autostart: false,
             attributes: Vec::new(),
             scheduling: Scheduling::default(),
+            placement: PlacementRequest::default(),
         }
     }
 }
@@ -1577,7 +1635,8 @@ impl Engine {
             let mut scheduling = request.scheduling;
             let (target, profile) = match &request.target {
                 CreateTarget::Profile { profile, parent } => {
-                    let resolved = self.resolve_profile(profile, parent.as_deref())?;
+                    let resolved =
+                        self.resolve_profile(profile, parent.as_deref(), request.placement)?;
                     scheduling.weight = scheduling.weight.or(Some(resolved.default_weight));
                     scheduling.min_share = scheduling.min_share.or(resolved.compute_shares.0);
                     scheduling.max_share = scheduling.max_share.or(resolved.compute_shares.1);
@@ -1823,6 +1882,7 @@ impl Engine {
         &self,
         profile: &str,
         parent: Option<&str>,
+        placement: PlacementRequest,
     ) -> Result<profiles::Resolved, EngineError> {
         if let Some(parent) = parent {
             names::check_sysfs_name("parent", parent)?;
@@ -1846,7 +1906,8 @@ impl Engine {
                 });
             }
         }
-        profiles.resolve(profile, parent, &inventory, &taken)
+        let options = placement.or(self.config.placement).options(parent);
+        profiles.resolve(profile, &options, &inventory, &taken)
     }
 }
 

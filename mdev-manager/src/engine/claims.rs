@@ -180,6 +180,7 @@ impl Engine {
                 weight: device.weight,
                 ..Scheduling::default()
             },
+            placement: Default::default(),
         };
         let record = self.create_one(&request, Some(new_claim(true, false)))?;
         steps.push(ClaimStep::Created(Box::new(record.clone())));

@@ -120,7 +120,7 @@ impl ProfileSet {
     pub(crate) fn resolve(
         &self,
         profile_name: &str,
-        parent: Option<&str>,
+        options: &PlacementOptions,
         inventory: &Inventory,
         taken_vfs: &[crate::discovery::names::PciAddress],
     ) -> Result<Resolved, EngineError> {
@@ -136,19 +136,15 @@ impl ProfileSet {
                 parents.push(state);
             }
         }
-        if let Some(parent) = parent {
-            if !parents.iter().any(|p| p.address == parent) {
+        if let Some(parent) = &options.parent {
+            if !parents.iter().any(|p| &p.address == parent) {
                 return Err(EngineError::UnknownParent {
-                    parent: parent.to_owned(),
+                    parent: parent.clone(),
                 });
             }
         }
-        let options = PlacementOptions {
-            parent: parent.map(str::to_owned),
-            ..PlacementOptions::default()
-        };
         let placement =
-            place(profile, &parents, &options).map_err(|error| EngineError::NoCapacity {
+            place(profile, &parents, options).map_err(|error| EngineError::NoCapacity {
                 what: format!("profile {profile_name}"),
                 detail: error.to_string(),
             })?;

@@ -1812,3 +1812,104 @@ fn own_changes_are_announced_once_while_outside_changes_still_come_through_hotpl
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     thread.join().unwrap();
 }
+
+/// The `scale` host (8 identical parents, the first four on NUMA node 0, the rest on node 1)
+/// with a profile any of them can take.
+fn scale_with_profile(placement: PlacementRequest) -> Setup {
+    let sim = SimHost::builtin("scale").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let profiles = dir.path().join("etc/mdev-manager/profiles.d");
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(
+        profiles.join("sim.toml"),
+        "[[profile]]\nname = \"sim-small\"\ndescription = \"512M\"\n[profile.pin]\ntype_name = \"SIM-512M\"\n",
+    )
+    .unwrap();
+    let engine = Arc::new(
+        Engine::new(
+            Arc::new(sim.clone()),
+            Arc::new(DiskFiles::new(dir.path())),
+            EngineConfig {
+                placement,
+                ..config()
+            },
+        )
+        .unwrap(),
+    );
+    Setup { sim, engine, dir }
+}
+
+fn sim_small(placement: PlacementRequest) -> CreateRequest {
+    CreateRequest {
+        placement,
+        ..profile("sim-small")
+    }
+}
+
+fn numa_of_parent(s: &Setup, parent: &str) -> Option<u32> {
+    let address: PciAddress = parent.parse().unwrap();
+    s.sim
+        .read(
+            &Path::new("/sys/bus/pci/devices")
+                .join(address.to_string())
+                .join("numa_node"),
+        )
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+}
+
+#[test]
+fn placement_policy_and_numa_preference_come_from_the_request_or_the_config() {
+    // Default (pack): the second instance joins the first on its parent.
+    let s = scale_with_profile(PlacementRequest::default());
+    let a = s
+        .engine
+        .create(sim_small(PlacementRequest::default()))
+        .unwrap();
+    let b = s
+        .engine
+        .create(sim_small(PlacementRequest::default()))
+        .unwrap();
+    assert_eq!(a.parent, b.parent);
+    // A request asking to spread goes elsewhere.
+    let spread = PlacementRequest {
+        policy: Some(PlacementPolicy::Spread),
+        ..PlacementRequest::default()
+    };
+    let c = s.engine.create(sim_small(spread)).unwrap();
+    assert_ne!(c.parent, a.parent);
+    // A strict NUMA preference lands on that node.
+    let node1 = PlacementRequest {
+        numa_node: Some(1),
+        numa_strict: true,
+        ..PlacementRequest::default()
+    };
+    let d = s.engine.create(sim_small(node1)).unwrap();
+    assert_eq!(numa_of_parent(&s, &d.parent), Some(1), "{}", d.parent);
+    let node7 = PlacementRequest {
+        numa_node: Some(7),
+        numa_strict: true,
+        ..PlacementRequest::default()
+    };
+    let error = s.engine.create(sim_small(node7)).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::NoCapacity, "{error}");
+
+    // The config's default applies when the request says nothing.
+    let s = scale_with_profile(spread);
+    let a = s
+        .engine
+        .create(sim_small(PlacementRequest::default()))
+        .unwrap();
+    let b = s
+        .engine
+        .create(sim_small(PlacementRequest::default()))
+        .unwrap();
+    assert_ne!(a.parent, b.parent);
+    // ... and the request still wins.
+    let pack = PlacementRequest {
+        policy: Some(PlacementPolicy::Pack),
+        ..PlacementRequest::default()
+    };
+    let c = s.engine.create(sim_small(pack)).unwrap();
+    assert!(c.parent == a.parent || c.parent == b.parent, "{}", c.parent);
+}
