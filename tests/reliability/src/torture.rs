@@ -480,6 +480,8 @@ struct Model {
     weights: BTreeMap<String, u32>,
     /// Every UUID we saw written to a `create` file.
     created: BTreeSet<String>,
+    /// The PF's VF count after the last acknowledged change (`None`: not known).
+    num_vfs: Option<u32>,
 }
 
 /// Runs the torture (see the module documentation).
@@ -956,9 +958,11 @@ fn apply(model: &mut Model, op: &Op, outcome: &Outcome) {
         Op::SetWeight { uuid, weight } => {
             model.weights.insert(uuid.clone(), *weight);
         }
+        Op::SetNumVfs { num_vfs, .. } => model.num_vfs = Some(*num_vfs),
         Op::Teardown => {
             model.claims.clear();
             model.weights.clear();
+            model.num_vfs = Some(0);
         }
         _ => {}
     }
@@ -976,6 +980,7 @@ fn forget(model: &mut Model, op: &Op) {
         Op::SetNumVfs { .. } | Op::Teardown => {
             model.claims.clear();
             model.weights.clear();
+            model.num_vfs = None;
         }
         _ => {}
     }
@@ -1101,6 +1106,16 @@ fn check_round(
             }
         }
     }
+    // An acknowledged VF count survives the crash (reconcile restores it if needed).
+    if let Some(expected) = model.num_vfs {
+        if sim.vf_count() != expected as usize {
+            fail(format!(
+                "PF has {} VFs, acknowledged {expected}",
+                sim.vf_count()
+            ));
+        }
+    }
+    model.num_vfs = Some(sim.vf_count() as u32);
     // Re-learn the truth (interrupted operations resolved one way or the other).
     model.claims = managed
         .values()
