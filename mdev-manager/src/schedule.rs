@@ -127,6 +127,8 @@ pub struct InstanceScheduleStatus {
     pub parent: String,
     /// The settings in force (stored, or the defaults).
     pub settings: InstanceSchedule,
+    /// The fields as stored (`None` = never set), from the same read as `settings`.
+    pub stored: Scheduling,
     /// Whether the device exists now (only running instances are planned).
     pub active: bool,
     /// The plan's share for it.
@@ -395,6 +397,7 @@ impl Engine {
                 uuid: key.clone(),
                 parent: record.parent.clone(),
                 settings: candidate,
+                stored: scheduling,
                 active: false,
                 requested: Share::ZERO,
                 effective: Share::ZERO,
@@ -849,6 +852,7 @@ impl Engine {
                     uuid: record.uuid.clone(),
                     parent: view.name.clone(),
                     settings: settings.clone(),
+                    stored: record.scheduling,
                     active: true,
                     requested: planned.map_or(Share::ZERO, |p| p.share),
                     effective,
@@ -863,6 +867,7 @@ impl Engine {
                 uuid: record.uuid.clone(),
                 parent: view.name.clone(),
                 settings: settings.clone(),
+                stored: record.scheduling,
                 active: false,
                 requested: Share::ZERO,
                 effective: Share::ZERO,

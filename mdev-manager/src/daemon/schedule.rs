@@ -117,6 +117,9 @@ pub fn fill(model: &mut Model, engine: &Engine, inventory: &crate::engine::Inven
             else {
                 continue;
             };
+            // From the same read of the state as the other scheduling properties, so one
+            // change is announced in one PropertiesChanged.
+            data.weight = instance.stored.weight.unwrap_or(0);
             data.schedule = InstanceScheduleData {
                 min_share: instance.settings.min_share.map_or(0, |s| s.ppm()),
                 max_share: instance.settings.max_share.map_or(0, |s| s.ppm()),
