@@ -218,18 +218,14 @@ impl Engine {
             }
             // Our own create and remove were announced (and recorded) by the call that made
             // them; their uevents only repeat that.
-            ("mdev", HostEventAction::Add, _) => {
-                if !self.host.echoes.take(EchoKind::Added, &event.sysname) {
-                    self.emit(EngineEvent::InstanceAdded {
-                        uuid: event.sysname.clone(),
-                    })
-                }
-            }
-            ("mdev", HostEventAction::Remove, _) => {
-                if !self.host.echoes.take(EchoKind::Removed, &event.sysname) {
-                    self.mdev_vanished(&event.sysname)
-                }
-            }
+            ("mdev", HostEventAction::Add, _)
+                if self.host.echoes.take(EchoKind::Added, &event.sysname) => {}
+            ("mdev", HostEventAction::Remove, _)
+                if self.host.echoes.take(EchoKind::Removed, &event.sysname) => {}
+            ("mdev", HostEventAction::Add, _) => self.emit(EngineEvent::InstanceAdded {
+                uuid: event.sysname.clone(),
+            }),
+            ("mdev", HostEventAction::Remove, _) => self.mdev_vanished(&event.sysname),
             ("mdev", _, _) => self.emit(EngineEvent::InstanceChanged {
                 uuid: event.sysname.clone(),
             }),
