@@ -1,0 +1,162 @@
+//! `mdev-bench`: measures mdev-manager against its peers (mdevctl, raw sysfs writes, `/bin/true`)
+//! in one run and prints the results as Markdown (`scripts/bench` writes them to
+//! `bench/RESULTS.md`). Not a test: nothing here passes or fails on a time.
+//!
+//! Usage: `mdev-bench [--quick] [--only hook,inventory,lifecycle,footprint] [--bin-dir DIR]`,
+//! or `mdev-bench guest [--rounds N] [--bin-dir DIR]` inside the VM tier's guest (`bench/vm/run`),
+//! or `mdev-bench tree DIR` to write the inventory tree of item 2 alone.
+
+mod error;
+mod hosttree;
+mod machine;
+mod procs;
+mod report;
+mod stats;
+mod suites;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::report::Section;
+use crate::suites::{Env, Rounds};
+
+const SUITES: [&str; 4] = ["hook", "inventory", "lifecycle", "footprint"];
+
+fn main() -> Result<()> {
+    let mut quick = false;
+    let mut only: Vec<String> = SUITES.iter().map(|s| s.to_string()).collect();
+    let mut bin_dir: Option<PathBuf> = None;
+    let mut guest = false;
+    let mut guest_rounds = 20;
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().map(String::as_str) == Some("tree") {
+        // Writes the inventory tree alone, for looking at it with mdevctl or the daemon.
+        args.next();
+        let dir = PathBuf::from(args.next().context("tree needs a directory")?);
+        let tree = hosttree::build_inventory_tree(&dir, suites::inventory::INSTANCES)?;
+        hosttree::write_profiles(&dir)?;
+        println!(
+            "{}: {} types, {} instances",
+            dir.display(),
+            tree.type_count,
+            tree.instances.len()
+        );
+        return Ok(());
+    }
+    if args.peek().map(String::as_str) == Some("guest") {
+        guest = true;
+        args.next();
+    }
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--rounds" => {
+                guest_rounds = args
+                    .next()
+                    .context("--rounds needs a number")?
+                    .parse()
+                    .context("--rounds needs a number")?;
+            }
+            "--only" => {
+                let list = args.next().context("--only needs a list")?;
+                only = list.split(',').map(str::to_string).collect();
+                if let Some(unknown) = only.iter().find(|s| !SUITES.contains(&s.as_str())) {
+                    bail!("unknown suite {unknown}; known: {}", SUITES.join(", "));
+                }
+            }
+            "--bin-dir" => {
+                bin_dir = Some(args.next().context("--bin-dir needs a directory")?.into())
+            }
+            "-h" | "--help" => {
+                println!(
+                    "usage: mdev-bench [--quick] [--only {}] [--bin-dir DIR]\n       mdev-bench guest [--rounds N] [--bin-dir DIR]",
+                    SUITES.join(",")
+                );
+                return Ok(());
+            }
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    // The harness is built into the same target directory as the binaries it measures.
+    let bin_dir = match bin_dir {
+        Some(dir) => dir,
+        None => std::env::current_exe()
+            .context("cannot find the harness's own path")?
+            .parent()
+            .map(Path::to_path_buf)
+            .context("the harness has no directory")?,
+    };
+    // The fixtures are read from the checkout; in the VM guest the host's / is the guest's /.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let env = Env {
+        repo,
+        daemon: bin_dir.join("mdev-manager"),
+        vgpuctl: bin_dir.join("vgpuctl"),
+        hook: bin_dir.join("mdev-manager-hook"),
+        rounds: if quick {
+            Rounds::quick()
+        } else {
+            Rounds::full()
+        },
+    };
+    let needed = if guest {
+        vec![&env.daemon, &env.vgpuctl]
+    } else {
+        vec![&env.daemon, &env.vgpuctl, &env.hook]
+    };
+    for binary in needed {
+        if !binary.exists() {
+            bail!(
+                "{} is missing: build it first (scripts/bench does)",
+                binary.display()
+            );
+        }
+    }
+
+    if guest {
+        println!("#### Guest\n\n{}", machine::markdown());
+        let section = suites::guest::run(&env, guest_rounds).map_err(anyhow::Error::from)?;
+        print!("{}", section.markdown());
+        return Ok(());
+    }
+    println!("## Machine and versions\n\n{}", machine::markdown());
+    let mut sections = Vec::new();
+    let mut failed = Vec::new();
+    for suite in &only {
+        eprintln!("mdev-bench: running {suite}");
+        let result = match suite.as_str() {
+            "hook" => suites::hook::run(&env),
+            "inventory" => suites::inventory::run(&env),
+            "lifecycle" => suites::lifecycle::run(&env),
+            _ => suites::footprint::run(&env),
+        };
+        let section = match result {
+            Ok(section) => section,
+            Err(error) => {
+                // One broken suite must not cost the figures of the others.
+                let mut chain = error.to_string();
+                let mut source = std::error::Error::source(&error);
+                while let Some(cause) = source {
+                    chain.push_str(&format!(": {cause}"));
+                    source = cause.source();
+                }
+                eprintln!("mdev-bench: {suite} failed: {chain}");
+                failed.push(suite.clone());
+                let mut section = Section::new(format!("{suite}: FAILED"));
+                section.note(format!("The suite did not finish: {chain}"));
+                section
+            }
+        };
+        print!("{}", section.markdown());
+        sections.push(section);
+    }
+    println!(
+        "### Targets\n\n| # | measurement | target | this run | verdict |\n|---|---|---|---|---|\n{}",
+        report::target_summary(&sections)
+    );
+    if !failed.is_empty() {
+        bail!("suites that did not finish: {}", failed.join(", "));
+    }
+    Ok(())
+}

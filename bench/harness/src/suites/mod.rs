@@ -1,0 +1,188 @@
+//! One module per item of the benchmark issue (#8).
+
+pub mod footprint;
+pub mod guest;
+pub mod hook;
+pub mod inventory;
+pub mod lifecycle;
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{BenchError, Result};
+use crate::hosttree;
+use crate::procs::{Daemon, PrivateBus};
+
+/// The binaries under test and how many repetitions to make.
+#[derive(Debug, Clone)]
+pub struct Env {
+    /// The repository root (fixtures).
+    pub repo: PathBuf,
+    /// `mdev-manager`.
+    pub daemon: PathBuf,
+    /// `vgpuctl`.
+    pub vgpuctl: PathBuf,
+    /// `mdev-manager-hook`.
+    pub hook: PathBuf,
+    /// Repetition counts.
+    pub rounds: Rounds,
+}
+
+/// Repetition counts per kind of measurement.
+#[derive(Debug, Clone, Copy)]
+pub struct Rounds {
+    /// Hook fast path rounds (each runs every command once).
+    pub hook_fast: usize,
+    /// Hook prepare/release pairs on the simulated host.
+    pub hook_vgpu: usize,
+    /// Inventory command rounds.
+    pub inventory: usize,
+    /// Single create+destroy rounds.
+    pub single: usize,
+    /// Batches of 384.
+    pub batch: usize,
+    /// Daemon cold starts.
+    pub starts: usize,
+    /// Property reads per client.
+    pub reads_per_client: usize,
+    /// Mutating calls per client.
+    pub writes_per_client: usize,
+}
+
+impl Rounds {
+    /// The counts `scripts/bench` uses.
+    pub fn full() -> Self {
+        Self {
+            hook_fast: 1000,
+            hook_vgpu: 60,
+            inventory: 30,
+            single: 60,
+            batch: 3,
+            starts: 7,
+            reads_per_client: 300,
+            writes_per_client: 15,
+        }
+    }
+
+    /// A fast pass to check that everything runs.
+    pub fn quick() -> Self {
+        Self {
+            hook_fast: 50,
+            hook_vgpu: 5,
+            inventory: 3,
+            single: 5,
+            batch: 1,
+            starts: 2,
+            reads_per_client: 20,
+            writes_per_client: 3,
+        }
+    }
+}
+
+/// A temp directory prepared as a host root for the daemon: the benchmark profile and an empty
+/// state directory.
+pub fn daemon_root() -> Result<tempfile::TempDir> {
+    let root = tempfile::tempdir().map_err(BenchError::io("cannot create", "a temp dir"))?;
+    hosttree::write_profiles(root.path())?;
+    let state = root.path().join("var/lib/mdev-manager");
+    std::fs::create_dir_all(&state).map_err(BenchError::io("cannot create", &state))?;
+    Ok(root)
+}
+
+/// Starts the daemon on the simulated `topology` with its state and profiles under `root`.
+pub fn simulated_daemon(
+    env: &Env,
+    bus: &PrivateBus,
+    root: &Path,
+    topology: &str,
+) -> Result<Daemon> {
+    Daemon::start(
+        &env.daemon,
+        bus.address(),
+        &[
+            format!("--simulate={topology}"),
+            "--root".into(),
+            root.display().to_string(),
+            "--state-dir".into(),
+            "/var/lib/mdev-manager".into(),
+        ],
+    )
+}
+
+/// A client connection to the private bus.
+pub async fn connect(bus: &PrivateBus) -> Result<zbus::Connection> {
+    zbus::connection::Builder::address(bus.address())
+        .build()
+        .await
+        .map_err(BenchError::bus("connect"))
+}
+
+/// A tokio runtime for the harness's own D-Bus clients.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(BenchError::io("cannot start", "a tokio runtime"))
+}
+
+/// Destroys one instance by its object path.
+pub async fn destroy_over_bus(
+    connection: &zbus::Connection,
+    path: zbus::OwnedObjectPath,
+) -> Result<()> {
+    dbus_api::proxy::InstanceProxy::builder(connection)
+        .path(path)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .map_err(BenchError::bus("Instance proxy"))?
+        .destroy(std::collections::HashMap::new())
+        .await
+        .map_err(BenchError::bus("Instance.Destroy"))
+}
+
+/// One `CreateInstances` of `profile` on `parent` and the `Destroy` of what it made, timed.
+pub async fn bus_create_destroy(
+    connection: &zbus::Connection,
+    profile: &str,
+    parent: &str,
+) -> Result<std::time::Duration> {
+    let manager = dbus_api::proxy::ManagerProxy::new(connection)
+        .await
+        .map_err(BenchError::bus("Manager proxy"))?;
+    let started = std::time::Instant::now();
+    let mut options = std::collections::HashMap::new();
+    options.insert(
+        dbus_api::names::option::PARENT,
+        zbus::zvariant::Variant::from(parent),
+    );
+    let paths = manager
+        .create_instances(profile, options)
+        .await
+        .map_err(BenchError::bus("CreateInstances"))?;
+    for path in paths {
+        destroy_over_bus(connection, path).await?;
+    }
+    Ok(started.elapsed())
+}
+
+/// `vgpuctl create` (the prepared command) then `vgpuctl destroy` of the UUID it printed, timed.
+pub fn command_create_destroy(
+    create: &crate::procs::Cmd,
+    vgpuctl: &str,
+    address: &str,
+) -> Result<std::time::Duration> {
+    let started = std::time::Instant::now();
+    let output = create.output()?;
+    let uuid = output
+        .split_whitespace()
+        .find(|word| word.len() == 36 && word.matches('-').count() == 4)
+        .ok_or_else(|| BenchError::Check(format!("vgpuctl create printed no UUID: {output:?}")))?
+        .to_string();
+    crate::procs::Cmd::new(
+        "vgpuctl destroy",
+        vgpuctl,
+        &["--address", address, "destroy", &uuid],
+    )
+    .output()?;
+    Ok(started.elapsed())
+}

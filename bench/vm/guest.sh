@@ -1,0 +1,22 @@
+#!/bin/bash
+# Guest side of the real-kernel benchmark (item 5): runs as the guest's PID 1 script, handed
+# over by the VM tier's tests/vm/init.sh (vmtier.script=). Loads mtty, runs
+# `mdev-bench guest` against the real sysfs, writes the section to $VMTIER_OUT, powers off.
+set -u
+out="${VMTIER_OUT:?}"
+rounds=20
+for arg in $(cat /proc/cmdline); do
+  case "$arg" in vmbench.rounds=*) rounds="${arg#vmbench.rounds=}" ;; esac
+done
+power_off() {
+  sync
+  echo o >/proc/sysrq-trigger
+  sleep 30
+}
+trap power_off EXIT
+modprobe vfio-pci && modprobe mtty || echo "modprobe failed" >"$out/vm-bench.log"
+echo "vmbench: guest up after $(cut -d' ' -f1 /proc/uptime) s"
+"$out/bin/mdev-bench" guest --rounds "$rounds" --bin-dir "$out/bin" \
+  >"$out/vm-bench.md" 2>>"$out/vm-bench.log"
+echo $? >"$out/vm-bench.status"
+echo "vmbench: done after $(cut -d' ' -f1 /proc/uptime) s"
