@@ -1,0 +1,143 @@
+//! Whole-GPU pass-through through the whole chain: the hook binary run as libvirt runs it,
+//! over a real dbus-daemon, against the `mdev-manager` daemon on the simulated host of
+//! `mdev-manager/topologies/passthrough.toml` (a GPU with its HDMI audio function in one IOMMU
+//! group), then `vgpuctl list` / `vgpuctl xml`.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{run_hook, stderr_of};
+use e2e_tests::bus::{name_has_owner, repo_root, vgpuctl, wait_for, workspace_binary, TestBus};
+use serde_json::Value;
+
+const GPU: &str = "0000:41:00.0";
+const VM_A: &str = "3d1f0c2e-5a6b-4c7d-8e9f-0a1b2c3d4e01";
+const VM_B: &str = "3d1f0c2e-5a6b-4c7d-8e9f-0a1b2c3d4e02";
+
+/// The daemon on the pass-through topology; killed on drop.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_daemon(bus: &TestBus, root: &Path) -> Daemon {
+    let topology = repo_root().join("mdev-manager/topologies/passthrough.toml");
+    let child = Command::new(workspace_binary("mdev-manager"))
+        .arg("--simulate")
+        .arg(&topology)
+        .arg("--state-dir")
+        .arg(root.join("var/lib/mdev-manager"))
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
+        .env("MDEV_MANAGER_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start mdev-manager");
+    let daemon = Daemon(child);
+    wait_for(Duration::from_secs(30), || {
+        name_has_owner(&bus.address(), dbus_api::names::BUS_NAME)
+    })
+    .expect("mdev-manager takes its bus name");
+    daemon
+}
+
+/// A domain asking for the GPU by address, attached as an unmanaged PCI hostdev.
+fn domain(name: &str, uuid: &str) -> String {
+    format!(
+        "<domain type='kvm'>\n  <name>{name}</name>\n  <uuid>{uuid}</uuid>\n  <metadata>\n    \
+         <vgpu:vgpus xmlns:vgpu=\"{ns}\">\n      <vgpu:vgpu kind='passthrough' pci_address='{GPU}'/>\n    \
+         </vgpu:vgpus>\n  </metadata>\n  <devices>\n    <hostdev mode='subsystem' type='pci' managed='no'>\n      \
+         <source>\n        <address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/>\n      \
+         </source>\n    </hostdev>\n  </devices>\n</domain>\n",
+        ns = libvirt_hooks::NAMESPACE
+    )
+}
+
+fn hook(bus: &TestBus, root: &Path, name: &str, operation: &str, sub: &str, xml: &str) -> Output {
+    let address = bus.address();
+    let root = root.display().to_string();
+    run_hook(
+        [name, operation, sub, "-"],
+        xml.as_bytes(),
+        &[
+            ("DBUS_SYSTEM_BUS_ADDRESS", address.as_str()),
+            ("MDEV_MANAGER_ROOT", root.as_str()),
+            ("MDEV_MANAGER_HOOK_TIMEOUT_SECS", "30"),
+        ],
+    )
+}
+
+fn instances(bus: &TestBus) -> Vec<Value> {
+    let output = vgpuctl(bus, None, &["--json", "list"]);
+    assert!(
+        output.status.success(),
+        "vgpuctl list: {}",
+        stderr_of(&output)
+    );
+    let list: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    list.as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn the_hook_binds_the_gpu_group_at_prepare_refuses_a_second_domain_and_returns_it_at_release() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let root = tempfile::tempdir().unwrap();
+    let _daemon = start_daemon(&bus, root.path());
+
+    let vm_a = domain("vm-a", VM_A);
+    let output = hook(&bus, root.path(), "vm-a", "prepare", "begin", &vm_a);
+    assert!(output.status.success(), "prepare: {}", stderr_of(&output));
+    let list = instances(&bus);
+    assert_eq!(list.len(), 1, "{list:?}");
+    let instance = &list[0];
+    assert_eq!(instance["kind"], "passthrough");
+    assert_eq!(instance["holder"], "vm-a");
+    assert_eq!(instance["active"], true);
+    let uuid = instance["uuid"].as_str().expect("uuid").to_owned();
+
+    let output = vgpuctl(&bus, None, &["xml", &uuid]);
+    assert!(
+        output.status.success(),
+        "vgpuctl xml: {}",
+        stderr_of(&output)
+    );
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        "<hostdev mode='subsystem' type='pci' managed='no'>\n  <source>\n    \
+         <address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/>\n  \
+         </source>\n</hostdev>\n"
+    );
+
+    let vm_b = domain("vm-b", VM_B);
+    let output = hook(&bus, root.path(), "vm-b", "prepare", "begin", &vm_b);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr_of(&output));
+    let stderr = stderr_of(&output);
+    assert!(
+        stderr.contains("vm-a") || stderr.contains(&uuid),
+        "{stderr}"
+    );
+    assert_eq!(
+        instances(&bus)[0]["holder"],
+        "vm-a",
+        "the refusal changed nothing"
+    );
+
+    let output = hook(&bus, root.path(), "vm-a", "release", "end", &vm_a);
+    assert!(output.status.success(), "release: {}", stderr_of(&output));
+    assert!(instances(&bus).is_empty(), "release returned the GPU");
+
+    let output = hook(&bus, root.path(), "vm-b", "prepare", "begin", &vm_b);
+    assert!(
+        output.status.success(),
+        "vm-b after release: {}",
+        stderr_of(&output)
+    );
+    assert_eq!(instances(&bus)[0]["holder"], "vm-b");
+}
