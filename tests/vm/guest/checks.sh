@@ -476,6 +476,137 @@ product_destroy_all() {
   echo "destroyed $uuids; only the foreign mdev remains"
 }
 
+# libvirt end to end: libvirtd in the guest with the hook installed before it starts; a domain
+# whose metadata asks for an mtty vGPU starts (the hook creates the mdev, the nested QEMU holds
+# /dev/vfio/N) and its destroy releases it; a domain asking for more than the capacity fails to
+# start with the hook's message and leaves nothing behind.
+group_libvirt() {
+  if [ ! -x "$bin/mdev-manager-hook" ] || [ ! -x "$bin/mdev-manager" ] || [ ! -x "$bin/vgpuctl" ]; then
+    skip libvirt "mdev-manager-hook, mdev-manager or vgpuctl is not built"
+    return
+  fi
+  if ! command -v libvirtd >/dev/null; then
+    skip libvirt "libvirtd is not installed (libvirt-daemon)"
+    return
+  fi
+  remove_all_mdevs
+  modprobe mtty && modprobe mbochs count=64
+  check libvirt.service libvirt_ensure_service || return
+  check libvirt.hook_installed libvirt_install_hook || return
+  check libvirt.libvirtd_start libvirt_start || return
+  check libvirt.domain_gets_its_vgpu libvirt_domain_start
+  check libvirt.destroy_releases_it libvirt_domain_destroy
+  check libvirt.over_capacity_refused libvirt_over_capacity
+  libvirt_stop
+  product_stop
+}
+
+# The bus and the daemon, started unless the product group left them running.
+libvirt_ensure_service() {
+  if [ ! -S /run/dbus/system_bus_socket ]; then
+    product_start_bus >/dev/null || { echo "cannot start the system bus"; return 1; }
+  fi
+  if ! running "$(recall daemon_pid)"; then
+    start_daemon || return 1
+  fi
+  echo "bus and mdev-manager running"
+}
+
+libvirt_install_hook() {
+  "$bin/mdev-manager-hook" --install >/dev/null 2>&1 || { echo "mdev-manager-hook --install failed"; return 1; }
+  [ -x /etc/libvirt/hooks/qemu.d/mdev-manager ] || { echo "no /etc/libvirt/hooks/qemu.d/mdev-manager"; return 1; }
+  echo "/etc/libvirt/hooks/qemu.d/mdev-manager installed before libvirtd starts"
+}
+
+libvirt_start() {
+  # What the packages' postinst and systemd would provide, on the guest's private overlay.
+  getent group kvm >/dev/null || groupadd -r kvm
+  getent group libvirt >/dev/null || groupadd -r libvirt
+  getent group libvirt-qemu >/dev/null || groupadd -r libvirt-qemu
+  getent passwd libvirt-qemu >/dev/null || useradd -r -g libvirt-qemu -G kvm -d /var/lib/libvirt -s /usr/sbin/nologin libvirt-qemu
+  mkdir -p /run/libvirt /var/lib/libvirt/qemu /var/log/libvirt/qemu /var/cache/libvirt/qemu
+  cat >/etc/libvirt/qemu.conf <<'CONF'
+user = "root"
+group = "root"
+dynamic_ownership = 0
+security_driver = "none"
+namespaces = [ ]
+cgroup_controllers = [ ]
+stdio_handler = "file"
+CONF
+  LIBVIRT_LOG_OUTPUTS="3:file:$out/libvirtd.log" libvirtd -d || { echo "libvirtd -d failed"; return 1; }
+  wait_until 120 eval 'timeout 30 virsh -c qemu:///system version >/dev/null 2>&1' ||
+    { echo "libvirtd did not answer within 120 s"; return 1; }
+  echo "libvirtd answers virsh"
+}
+
+libvirt_stop() {
+  local pid
+  pid="$(cat /run/libvirtd.pid 2>/dev/null)"
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait_until 20 eval '! running '"$pid"
+}
+
+# domain_xml NAME UUID METADATA HOSTDEVS
+domain_xml() {
+  cat <<XML
+<domain type='qemu'>
+  <name>$1</name>
+  <uuid>$2</uuid>
+  <metadata>
+    <vgpu:vgpus xmlns:vgpu="https://mdev-manager.org/xmlns/vgpu/1">$3</vgpu:vgpus>
+  </metadata>
+  <memory unit='MiB'>64</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='q35'>hvm</type></os>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>$4
+  </devices>
+</domain>
+XML
+}
+
+mdev_hostdev() {
+  echo "
+    <hostdev mode='subsystem' type='mdev' model='vfio-pci'><source><address uuid='$1'/></source></hostdev>"
+}
+
+libvirt_domain_start() {
+  local uuid output group got
+  uuid="$(new_uuid)"
+  remember libvirt_mdev "$uuid"
+  domain_xml vmtier-mtty "$(new_uuid)" "<vgpu:vgpu profile='mtty' uuid='$uuid'/>" "$(mdev_hostdev "$uuid")" >/tmp/vmtier-mtty.xml
+  output="$(timeout 180 virsh -c qemu:///system create /tmp/vmtier-mtty.xml 2>&1)" ||
+    { echo "virsh create: $output"; return 1; }
+  [ -d "/sys/bus/mdev/devices/$uuid" ] || { echo "the domain runs but mdev $uuid does not exist"; return 1; }
+  group="$(mdev_group "$uuid")"
+  got="$(sysfs_open_errno "/dev/vfio/$group")"
+  [ "$got" = EBUSY ] || { echo "open of /dev/vfio/$group while the domain runs: $got, expected EBUSY"; return 1; }
+  echo "virsh create made mdev $uuid through the hook; the nested QEMU holds /dev/vfio/$group"
+}
+
+libvirt_domain_destroy() {
+  local uuid output
+  uuid="$(recall libvirt_mdev)"
+  output="$(timeout 120 virsh -c qemu:///system destroy vmtier-mtty 2>&1)" || { echo "virsh destroy: $output"; return 1; }
+  wait_until 30 eval '[ ! -e /sys/bus/mdev/devices/'"$uuid"' ]' || { echo "mdev $uuid still present 30 s after destroy"; return 1; }
+  echo "virsh destroy released mdev $uuid"
+}
+
+libvirt_over_capacity() {
+  local output status=0 before after
+  before="$(count_mdevs)"
+  # Two mbochs-large (64 MB each) never fit in mbochs count=64.
+  domain_xml vmtier-big "$(new_uuid)" "<vgpu:vgpu profile='mbochs-large'/><vgpu:vgpu profile='mbochs-large'/>" \
+    "$(mdev_hostdev "$(new_uuid)")$(mdev_hostdev "$(new_uuid)")" >/tmp/vmtier-big.xml
+  output="$(timeout 180 virsh -c qemu:///system create /tmp/vmtier-big.xml 2>&1)" || status=$?
+  [ "$status" != 0 ] || { echo "the over-capacity domain started"; timeout 60 virsh -c qemu:///system destroy vmtier-big; return 1; }
+  after="$(count_mdevs)"
+  [ "$before" = "$after" ] || { echo "mdev count went from $before to $after"; return 1; }
+  grep -q "mdev-manager-hook: cannot claim vGPUs for domain 'vmtier-big'.*no capacity" <<<"$(tr '\n' ' ' <<<"$output")" ||
+    { echo "the error does not carry the hook's message: $output"; return 1; }
+  echo "refused with the hook's message: $(grep -o 'mdev-manager-hook: .*' <<<"$(tr '\n' ' ' <<<"$output")" | cut -c1-160)"
+}
+
 # Unloading a parent driver takes its mdevs with it, and only its own.
 group_unload() {
   check unload.rmmod_parent unload_parent

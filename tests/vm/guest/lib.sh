@@ -91,15 +91,18 @@ nvme_pf() {
   return 1
 }
 
-# wait_until SECONDS COMMAND...: polls COMMAND every 0.1 s; fails when it never succeeds.
+# wait_until SECONDS COMMAND...: polls COMMAND every 0.1 s; fails when it has not succeeded
+# within SECONDS.
 wait_until() {
-  local limit="$1" i
+  local limit="$1" deadline
   shift
-  for ((i = 0; i < limit * 10; i++)); do
+  # Bounded by elapsed time, not by attempts: one attempt may itself take seconds.
+  deadline="$(awk -v l="$limit" '{ printf "%d", $1 + l }' /proc/uptime)"
+  while :; do
     "$@" && return 0
+    [ "$(awk '{ printf "%d", $1 }' /proc/uptime)" -lt "$deadline" ] || return 1
     sleep 0.1
   done
-  return 1
 }
 
 # start_holder SYSFS_DIR: holds the VFIO device open in the background (see hold_vfio.py);
@@ -150,3 +153,12 @@ ensure_vf_bound() {
 state_dir=/run/vmtier-state
 remember() { mkdir -p "$state_dir" && printf '%s\n' "$2" >"$state_dir/$1"; }
 recall() { cat "$state_dir/$1" 2>/dev/null; }
+
+# sysfs_open_errno PATH: opens read-write; prints OK or the errno name.
+sysfs_open_errno() {
+  python3 -c 'import errno, os, sys
+try:
+    os.close(os.open(sys.argv[1], os.O_RDWR)); print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))' "$1"
+}
