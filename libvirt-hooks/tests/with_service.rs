@@ -251,7 +251,7 @@ fn prepare_without_capacity_fails_with_the_reason_and_leaves_nothing_behind() {
     // rolled-back instances still listed right after the error), so wait for it to settle.
     let settled = wait_for(Duration::from_secs(10), || world.instances().is_empty());
     assert_eq!(
-        settled.map_err(|()| world.instances()),
+        settled.map_err(|_| world.instances()),
         Ok(()),
         "the claim was rolled back"
     );
