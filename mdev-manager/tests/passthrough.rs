@@ -374,6 +374,18 @@ fn claims_bind_at_prepare_refuse_a_second_domain_and_return_at_release() {
         .unwrap();
     assert_eq!(again[0].uuid, claimed[0].uuid);
 
+    assert_eq!(
+        engine.verify_domain(&vm1, std::slice::from_ref(&device)),
+        Vec::<String>::new()
+    );
+    let drift = engine.verify_domain(&vm2, std::slice::from_ref(&device));
+    assert!(
+        drift
+            .iter()
+            .any(|line| line.contains("claimed by domain vm1")),
+        "{drift:?}"
+    );
+
     let error = engine
         .claim_domain(&vm2, std::slice::from_ref(&device))
         .unwrap_err();
