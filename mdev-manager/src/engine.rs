@@ -51,6 +51,11 @@ pub struct EngineConfig {
     pub nvidia_modprobe_path: PathBuf,
     /// How profiles are placed when a request says nothing (`pack`, no NUMA preference).
     pub placement: PlacementRequest,
+    /// NVIDIA GPUs (PCI addresses) whose vGPU heterogeneous ("mixed-size") mode is on, so
+    /// time-sliced vGPUs of different sizes may share them. Neither sysfs nor our fixtures show
+    /// the mode, so the administrator states it (`nvidia-smi vgpu -shm 1` turns it on);
+    /// placement otherwise keeps one size per GPU, as the driver does by default.
+    pub nvidia_mixed_mode_parents: Vec<String>,
 }
 
 pub use vgpu_profiles::placement::Policy as PlacementPolicy;
@@ -115,6 +120,7 @@ impl Default for EngineConfig {
             write_timeout: Duration::from_secs(10),
             nvidia_modprobe_path: PathBuf::from(crate::schedule::NVIDIA_MODPROBE_PATH),
             placement: PlacementRequest::default(),
+            nvidia_mixed_mode_parents: Vec::new(),
         }
     }
 }
@@ -1907,7 +1913,13 @@ impl Engine {
             }
         }
         let options = placement.or(self.config.placement).options(parent);
-        profiles.resolve(profile, &options, &inventory, &taken)
+        profiles.resolve(
+            profile,
+            &options,
+            &inventory,
+            &taken,
+            &self.config.nvidia_mixed_mode_parents,
+        )
     }
 }
 

@@ -123,6 +123,7 @@ impl ProfileSet {
         options: &PlacementOptions,
         inventory: &Inventory,
         taken_vfs: &[crate::discovery::names::PciAddress],
+        mixed_mode_parents: &[String],
     ) -> Result<Resolved, EngineError> {
         let profile =
             self.catalog
@@ -135,6 +136,9 @@ impl ProfileSet {
             if let Some(state) = sriov_parent_state(pf, taken_vfs) {
                 parents.push(state);
             }
+        }
+        for parent in &mut parents {
+            parent.nvidia_mixed_mode = mixed_mode_parents.contains(&parent.address);
         }
         if let Some(parent) = &options.parent {
             if !parents.iter().any(|p| &p.address == parent) {

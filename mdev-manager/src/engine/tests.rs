@@ -1913,3 +1913,31 @@ fn placement_policy_and_numa_preference_come_from_the_request_or_the_config() {
     let c = s.engine.create(sim_small(pack)).unwrap();
     assert!(c.parent == a.parent || c.parent == b.parent, "{}", c.parent);
 }
+
+#[test]
+fn nvidia_mixed_size_mode_comes_from_the_config_per_gpu() {
+    // Driver default: one time-sliced vGPU size per GPU, so placement names the size in use.
+    let s = setup("default");
+    s.engine.create(profile("nvidia-t4-2q")).unwrap();
+    let error = s.engine.create(profile("nvidia-t4-4q")).unwrap_err();
+    assert!(error.to_string().contains("T4-2Q"), "{error}");
+
+    // Mixed-size mode declared for the T4: placement no longer applies the one-size rule, so
+    // what refuses the second size (if anything) is the parent's own capacity.
+    let sim = SimHost::builtin("default").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::new(
+        Arc::new(sim.clone()),
+        Arc::new(DiskFiles::new(dir.path())),
+        EngineConfig {
+            nvidia_mixed_mode_parents: vec![T4.to_owned()],
+            ..config()
+        },
+    )
+    .unwrap();
+    engine.create(profile("nvidia-t4-2q")).unwrap();
+    match engine.create(profile("nvidia-t4-4q")) {
+        Ok(info) => assert_eq!(info.parent, T4),
+        Err(error) => assert!(!error.to_string().contains("T4-2Q"), "{error}"),
+    }
+}
