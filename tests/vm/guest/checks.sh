@@ -214,6 +214,41 @@ group_conformance() {
   fi
 }
 
+# The engine's scenarios (mdev_manager::engine::scenarios: create/destroy, rollback,
+# ownership, in-use refusal, claims, reconcile, last-instance race, VF bind) on the real kernel
+# through `mdev-conformance --engine`, one result line per scenario. Same needs as conformance.
+group_engine() {
+  if [ ! -x "$bin/mdev-conformance" ]; then
+    skip engine.scenarios "mdev-conformance is not built"
+    return
+  fi
+  remove_all_mdevs
+  modprobe nvme
+  local pf
+  if pf="$(nvme_pf)"; then
+    echo 0 >"/sys/bus/pci/devices/$pf/sriov_numvfs"
+  fi
+  local status=0 json="$out/engine-scenarios.json"
+  "$bin/mdev-conformance" --engine --root / --json --scratch "$out/engine-scratch" \
+    >"$json" 2>"$out/engine-scenarios.err" || status=$?
+  if [ ! -s "$json" ]; then
+    fail engine.scenarios "exit status $status: $(tail -n 3 "$out/engine-scenarios.err" | tr '\n' ' ')"
+    return
+  fi
+  local verdict name detail
+  while IFS=$'\t' read -r verdict name detail; do
+    case "$verdict" in
+      passed) pass "engine.$name" ;;
+      skipped) skip "engine.$name" "$detail" ;;
+      *) fail "engine.$name" "$detail" ;;
+    esac
+  done < <(python3 -c 'import json, sys
+for s in json.load(open(sys.argv[1]))["scenarios"]:
+    v = s["verdict"]
+    kind, why = (v, "") if isinstance(v, str) else next(iter(v.items()))
+    print(kind, s["name"], " ".join(str(why).split()), sep="\t")' "$json")
+}
+
 # What the kernel does while a VMM holds a device: a second open of the group is EBUSY, and
 # remove (or disabling the VFs) waits until the device is closed.
 group_held() {
