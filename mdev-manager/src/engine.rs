@@ -656,6 +656,27 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Marks the current thread as inside a batch create until dropped (also on a panic: the
+/// daemon's blocking threads are reused, and a stale mark would defer their saves).
+struct BatchingThread<'a> {
+    engine: &'a Engine,
+    thread: std::thread::ThreadId,
+}
+
+impl<'a> BatchingThread<'a> {
+    fn enter(engine: &'a Engine) -> Self {
+        let thread = std::thread::current().id();
+        lock(&engine.batching).insert(thread);
+        Self { engine, thread }
+    }
+}
+
+impl Drop for BatchingThread<'_> {
+    fn drop(&mut self) {
+        lock(&self.engine.batching).remove(&self.thread);
+    }
+}
+
 /// Releases a UUID reservation when the creating call ends, however it ends.
 struct Reservation<'a> {
     engine: &'a Engine,
@@ -782,10 +803,10 @@ impl Engine {
                 .collect()
         };
         self.update_state(|state| state.pending_creates.extend(intent.iter().cloned()))?;
-        let thread = std::thread::current().id();
-        lock(&self.batching).insert(thread);
-        let outcome = self.create_batch_steps(&requests);
-        lock(&self.batching).remove(&thread);
+        let outcome = {
+            let _batching = BatchingThread::enter(self);
+            self.create_batch_steps(&requests)
+        };
         let saved = self.update_state(|state| {
             for uuid in &intent {
                 state.pending_creates.remove(uuid);
