@@ -1,18 +1,49 @@
-//! libvirt `<hostdev>` XML for an instance, as `vgpuctl xml` prints it.
+//! The libvirt `<hostdev>` element that attaches a vGPU to a domain (libvirt
+//! docs/formatdomain.rst, "Host device assignment"). Pure string building; the one generator
+//! behind `vgpuctl xml`, `vgpuctl attach` and the hook's tests.
+//!
+//! Attributes use single quotes and two-space indentation, as `virsh dumpxml` writes them, so
+//! the output can be pasted into a domain or fed to `virsh attach-device` unchanged.
 
 use crate::names::instance_kind;
 use crate::wire::InstanceRecord;
 
+/// A string that is not a PCI address `DDDD:BB:SS.F`.
+#[derive(Debug, thiserror::Error)]
+#[error("PCI address {address:?} is not of the form DDDD:BB:SS.F")]
+pub struct BadPciAddress {
+    /// The string as given.
+    pub address: String,
+}
+
+/// An mdev UUID that is not of the form `8-4-4-4-12` hex digits.
+#[derive(Debug, thiserror::Error)]
+#[error("{uuid:?} is not a UUID (8-4-4-4-12 hex digits)")]
+pub struct BadUuid {
+    /// The string as given.
+    pub uuid: String,
+}
+
 /// The instance cannot be expressed as a hostdev.
 #[derive(Debug, thiserror::Error)]
 pub enum HostdevError {
-    /// A VF whose PCI address is not `DDDD:BB:SS.F`.
-    #[error("instance {object}: PCI address {address:?} is not of the form DDDD:BB:SS.F")]
+    /// A VF or pass-through GPU whose PCI address is malformed.
+    #[error("instance {object}")]
     BadPciAddress {
         /// The instance's object path.
         object: String,
-        /// The address.
-        address: String,
+        /// What is wrong with the address.
+        #[source]
+        source: BadPciAddress,
+    },
+    /// An mdev whose UUID is malformed.
+    #[error("instance {object}")]
+    BadUuid {
+        /// The instance's object path.
+        object: String,
+        /// What is wrong with the UUID.
+        #[source]
+        source: BadUuid,
     },
     /// An instance kind this version does not know.
     #[error("instance {object}: kind {kind:?} has no libvirt hostdev form")]
@@ -24,36 +55,69 @@ pub enum HostdevError {
     },
 }
 
-/// The `<hostdev>` element to paste into a domain's `<devices>`.
+/// Display options of an mdev hostdev (vfio-pci model only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MdevDisplay {
+    /// `display='on'`: QEMU shows the vGPU's framebuffer (needs a VNC, SPICE or egl-headless
+    /// graphics device in the domain). libvirt's default is off, so off is not written.
+    pub display: bool,
+    /// `ramfb='on'`: a boot display for a vGPU that is the primary display.
+    pub ramfb: bool,
+}
+
+/// `<hostdev mode='subsystem' type='mdev' model='vfio-pci'>` for the mdev `uuid`.
 ///
-/// An mdev is `type='mdev' model='vfio-pci'` addressed by UUID; a VF or a pass-through GPU is
-/// a PCI hostdev with `managed='no'`, because the service (not libvirt) owns its driver
-/// binding (for a pass-through, that of its whole IOMMU group).
-pub fn hostdev_xml(instance: &InstanceRecord) -> Result<String, HostdevError> {
+/// No `managed` attribute: libvirt defines it for PCI hostdevs only; an mdev has no driver
+/// binding for libvirt to manage (libvirt's own examples write none). The UUID is written in
+/// lower case, as libvirt and sysfs spell it.
+pub fn mdev_hostdev_xml(uuid: &str, options: MdevDisplay) -> Result<String, BadUuid> {
+    let uuid = canonical_uuid(uuid)?;
+    let mut attributes = String::from("mode='subsystem' type='mdev' model='vfio-pci'");
+    if options.display {
+        attributes.push_str(" display='on'");
+    }
+    if options.ramfb {
+        attributes.push_str(" ramfb='on'");
+    }
+    Ok(format!(
+        "<hostdev {attributes}>\n  <source>\n    <address uuid='{uuid}'/>\n  </source>\n</hostdev>\n"
+    ))
+}
+
+/// `<hostdev mode='subsystem' type='pci' managed='no'>` for a VF or a passed-through device at
+/// `address` (`DDDD:BB:SS.F`; the domain may have more than four digits on VMD hosts).
+///
+/// `managed='no'` because the service, not libvirt, binds the device to vfio-pci and gives it
+/// back afterwards; with `managed='yes'` libvirt would rebind it behind the service's back.
+pub fn pci_hostdev_xml(address: &str) -> Result<String, BadPciAddress> {
+    let (domain, bus, slot, function) =
+        parse_pci_address(address).ok_or_else(|| BadPciAddress {
+            address: address.to_string(),
+        })?;
+    Ok(format!(
+        "<hostdev mode='subsystem' type='pci' managed='no'>\n  <source>\n    <address domain='{domain:#06x}' bus='{bus:#04x}' slot='{slot:#04x}' function='{function:#x}'/>\n  </source>\n</hostdev>\n"
+    ))
+}
+
+/// The `<hostdev>` element for an instance the service reports: mdev by UUID, VF or
+/// pass-through GPU as an unmanaged PCI hostdev (for a pass-through, the service owns the
+/// binding of its whole IOMMU group). `display` applies to mdevs only.
+pub fn hostdev_xml(
+    instance: &InstanceRecord,
+    display: MdevDisplay,
+) -> Result<String, HostdevError> {
     match instance.kind.as_str() {
-        instance_kind::MDEV => Ok(format!(
-            "<hostdev mode='subsystem' type='mdev' model='vfio-pci' managed='no'>\n  \
-             <source>\n    <address uuid='{}'/>\n  </source>\n</hostdev>\n",
-            instance.uuid
-        )),
-        instance_kind::VF | instance_kind::NVIDIA_VF | instance_kind::PASSTHROUGH => {
-            let bad = || HostdevError::BadPciAddress {
+        instance_kind::MDEV => {
+            mdev_hostdev_xml(&instance.uuid, display).map_err(|source| HostdevError::BadUuid {
                 object: instance.object.clone(),
-                address: instance.pci_address.clone(),
-            };
-            let (domain, rest) = instance.pci_address.split_once(':').ok_or_else(bad)?;
-            let (bus, rest) = rest.split_once(':').ok_or_else(bad)?;
-            let (slot, function) = rest.split_once('.').ok_or_else(bad)?;
-            let hex =
-                |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
-            if !(hex(domain, 4) && hex(bus, 2) && hex(slot, 2) && hex(function, 1)) {
-                return Err(bad());
-            }
-            Ok(format!(
-                "<hostdev mode='subsystem' type='pci' managed='no'>\n  <source>\n    \
-                 <address domain='0x{domain}' bus='0x{bus}' slot='0x{slot}' function='0x{function}'/>\n  \
-                 </source>\n</hostdev>\n"
-            ))
+                source,
+            })
+        }
+        instance_kind::VF | instance_kind::NVIDIA_VF | instance_kind::PASSTHROUGH => {
+            pci_hostdev_xml(&instance.pci_address).map_err(|source| HostdevError::BadPciAddress {
+                object: instance.object.clone(),
+                source,
+            })
         }
         other => Err(HostdevError::UnknownKind {
             object: instance.object.clone(),
@@ -62,9 +126,72 @@ pub fn hostdev_xml(instance: &InstanceRecord) -> Result<String, HostdevError> {
     }
 }
 
+/// Splits `DDDD:BB:SS.F` into numbers, checking the digit counts and ranges sysfs uses.
+fn parse_pci_address(address: &str) -> Option<(u32, u8, u8, u8)> {
+    let (domain, rest) = address.split_once(':')?;
+    let (bus, rest) = rest.split_once(':')?;
+    let (slot, function) = rest.split_once('.')?;
+    let hex = |s: &str, min: usize, max: usize| {
+        (min..=max).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    if !(hex(domain, 4, 8) && hex(bus, 2, 2) && hex(slot, 2, 2) && hex(function, 1, 1)) {
+        return None;
+    }
+    let slot = u8::from_str_radix(slot, 16).ok()?;
+    let function = u8::from_str_radix(function, 16).ok()?;
+    if slot > 0x1f || function > 7 {
+        return None;
+    }
+    Some((
+        u32::from_str_radix(domain, 16).ok()?,
+        u8::from_str_radix(bus, 16).ok()?,
+        slot,
+        function,
+    ))
+}
+
+/// Lower-cases a UUID after checking its 8-4-4-4-12 shape, so nothing else reaches the XML.
+fn canonical_uuid(uuid: &str) -> Result<String, BadUuid> {
+    let groups: Vec<&str> = uuid.split('-').collect();
+    let shaped = groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(group, len)| group.len() == len && group.bytes().all(|b| b.is_ascii_hexdigit()));
+    if shaped {
+        Ok(uuid.to_ascii_lowercase())
+    } else {
+        Err(BadUuid {
+            uuid: uuid.to_string(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
+
+    /// Compares with `tests/golden/<name>`; `UPDATE_GOLDEN=1` rewrites the file.
+    fn assert_golden(name: &str, actual: &str) {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(name);
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, actual).unwrap();
+            return;
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
+                path.display()
+            )
+        });
+        assert_eq!(actual, expected, "output differs from {}", path.display());
+    }
+
+    const SAMPLE_UUID: &str = "C2177883-F1BB-47F0-914D-32A22E3A8804";
 
     fn record(kind: &str, uuid: &str, pci: &str) -> InstanceRecord {
         InstanceRecord {
@@ -87,39 +214,71 @@ mod tests {
     }
 
     #[test]
-    fn mdev_and_vf_hostdevs() {
-        let uuid = "0b7f4c6e-1a2b-4c3d-8e9f-001122334455";
-        let xml = hostdev_xml(&record("mdev", uuid, "")).unwrap();
-        assert!(xml.contains("type='mdev' model='vfio-pci'"));
-        assert!(xml.contains(&format!("<address uuid='{uuid}'/>")));
-        let xml = hostdev_xml(&record("vf", "", "0000:3b:01.7")).unwrap();
-        assert!(xml.contains("type='pci' managed='no'"));
-        assert!(xml.contains("domain='0x0000' bus='0x3b' slot='0x01' function='0x7'"));
+    fn mdev_hostdev_plain_has_no_managed_attribute() {
+        let xml = mdev_hostdev_xml(SAMPLE_UUID, MdevDisplay::default()).unwrap();
+        assert!(!xml.contains("managed"), "{xml}");
+        assert_golden("hostdev-mdev.xml", &xml);
     }
 
     #[test]
-    fn passthrough_is_an_unmanaged_pci_hostdev_of_the_gpu() {
-        let xml = hostdev_xml(&record("passthrough", "", "0000:41:00.0")).unwrap();
-        assert_eq!(
-            xml,
-            "<hostdev mode='subsystem' type='pci' managed='no'>\n  <source>\n    \
-             <address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/>\n  \
-             </source>\n</hostdev>\n"
+    fn mdev_hostdev_with_display_and_ramfb() {
+        let options = MdevDisplay {
+            display: true,
+            ramfb: true,
+        };
+        assert_golden(
+            "hostdev-mdev-display-ramfb.xml",
+            &mdev_hostdev_xml(SAMPLE_UUID, options).unwrap(),
         );
     }
 
     #[test]
-    fn malformed_vf_address_and_unknown_kind_are_errors() {
+    fn vf_hostdev() {
+        assert_golden("hostdev-vf.xml", &pci_hostdev_xml("0000:3b:00.4").unwrap());
+    }
+
+    #[test]
+    fn instance_records_pick_the_hostdev_of_their_kind() {
+        let display = MdevDisplay::default();
+        let mdev = hostdev_xml(&record("mdev", SAMPLE_UUID, ""), display).unwrap();
+        assert_eq!(mdev, mdev_hostdev_xml(SAMPLE_UUID, display).unwrap());
+        let vf = hostdev_xml(&record("vf", "", "0000:3b:00.4"), display).unwrap();
+        assert_eq!(vf, pci_hostdev_xml("0000:3b:00.4").unwrap());
+        let passthrough = hostdev_xml(&record("passthrough", "", "0000:41:00.0"), display).unwrap();
+        assert!(passthrough.contains("domain='0x0000' bus='0x41' slot='0x00' function='0x0'"));
+        assert!(passthrough.contains("type='pci' managed='no'"));
+    }
+
+    #[test]
+    fn vmd_domain_and_upper_case_digits_are_normalized() {
+        let xml = pci_hostdev_xml("10000:E1:1F.7").unwrap();
+        assert!(xml.contains("domain='0x10000' bus='0xe1' slot='0x1f' function='0x7'"));
+    }
+
+    #[test]
+    fn malformed_input_is_refused_and_named() {
+        for address in [
+            "3b:01.7",
+            "0000:3b:01.7'/><x",
+            "0000:3b:20.0",
+            "0000:3b:01.8",
+            "",
+        ] {
+            let error = pci_hostdev_xml(address).unwrap_err();
+            assert_eq!(error.address, address);
+        }
+        let error = mdev_hostdev_xml("c2177883'/><x", MdevDisplay::default()).unwrap_err();
+        assert!(error.to_string().contains("c2177883'/><x"));
         assert!(matches!(
-            hostdev_xml(&record("vf", "", "3b:01.7")),
+            hostdev_xml(&record("vf", "", "3b:01.7"), MdevDisplay::default()),
             Err(HostdevError::BadPciAddress { .. })
         ));
         assert!(matches!(
-            hostdev_xml(&record("vf", "", "0000:3b:01.7'/><x")),
-            Err(HostdevError::BadPciAddress { .. })
+            hostdev_xml(&record("mdev", "zz", ""), MdevDisplay::default()),
+            Err(HostdevError::BadUuid { .. })
         ));
         assert!(matches!(
-            hostdev_xml(&record("gpu", "", "")),
+            hostdev_xml(&record("gpu", "", ""), MdevDisplay::default()),
             Err(HostdevError::UnknownKind { .. })
         ));
     }

@@ -2,14 +2,14 @@
 //! service manages, and asks the service over D-Bus to claim and release them.
 //!
 //! Everything a test or fuzzer needs is pure and lives here: [`plan::plan_from_xml`] turns a
-//! domain XML into a [`plan::ClaimPlan`], [`hostdev`] writes the `<hostdev>` elements
-//! `vgpuctl xml` prints, [`scan::may_hold_vgpus`] is the fast path. The D-Bus calls
+//! domain XML into a [`plan::ClaimPlan`], [`scan::may_hold_vgpus`] is the fast path. The
+//! `<hostdev>` elements are written by `dbus_api::hostdev` (one generator for the hook's tests,
+//! `vgpuctl xml` and `vgpuctl attach`). The D-Bus calls
 //! ([`service`]), the pending-release record ([`pending`]) and the installer ([`install`]) are
 //! thin.
 #![deny(missing_docs)]
 
 pub mod hook;
-pub mod hostdev;
 pub mod install;
 pub mod invocation;
 pub mod pci;

@@ -155,8 +155,12 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
     let shown = json(&vgpuctl(&bus, None, &["--json", "show", &created[0]]));
     assert_eq!(shown["uuid"], created[0].as_str());
     let xml = vgpuctl(&bus, None, &["xml", &created[0]]);
+    let xml = String::from_utf8_lossy(&xml.stdout);
+    assert!(xml.contains(&format!("<address uuid='{}'/>", created[0])));
+    // libvirt's mdev hostdev has no `managed` attribute (that is for PCI hostdevs only).
     assert!(
-        String::from_utf8_lossy(&xml.stdout).contains(&format!("<address uuid='{}'/>", created[0]))
+        xml.starts_with("<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"),
+        "{xml}"
     );
     let types = json(&vgpuctl(&bus, None, &["--json", "types", "0000:3b:00.0"]));
     let after = types

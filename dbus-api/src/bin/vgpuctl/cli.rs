@@ -117,6 +117,12 @@ pub enum Command {
     Xml {
         /// UUID.
         uuid: String,
+        /// mdev only: display='on' (QEMU shows the vGPU's framebuffer; needs a graphics device).
+        #[arg(long)]
+        display: bool,
+        /// mdev only: ramfb='on' (boot display for a vGPU that is the primary display).
+        #[arg(long)]
+        ramfb: bool,
     },
     /// Set an instance's scheduling weight, and optionally its guarantee and cap.
     Weight {

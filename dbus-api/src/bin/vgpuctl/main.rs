@@ -36,15 +36,23 @@ impl From<ClientError> for Failure {
             ClientError::Unavailable { .. } | ClientError::Bus(_) => EXIT_UNAVAILABLE,
             ClientError::Other { .. } => 1,
         };
-        let mut message = error.to_string();
-        let mut source = std::error::Error::source(&error);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
+        Failure {
+            message: error_chain(&error),
+            code,
         }
-        Failure { message, code }
     }
+}
+
+/// An error and its causes on one line, `outer: inner: innermost`.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
 }
 
 impl From<zbus::Error> for Failure {
@@ -240,11 +248,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 }
             }
         }
-        Command::Xml { uuid } => {
+        Command::Xml {
+            uuid,
+            display,
+            ramfb,
+        } => {
             let snapshot = snapshot(&connection).await?;
             let record = find_instance(&snapshot, uuid)?;
-            let xml = dbus_api::hostdev::hostdev_xml(record)
-                .map_err(|e| failure(ErrorKind::NotSupported, e.to_string()))?;
+            let options = dbus_api::hostdev::MdevDisplay {
+                display: *display,
+                ramfb: *ramfb,
+            };
+            let xml = dbus_api::hostdev::hostdev_xml(record, options)
+                .map_err(|e| failure(ErrorKind::NotSupported, error_chain(&e)))?;
             if json {
                 return print_json(&serde_json::json!({ "uuid": record.uuid, "xml": xml }));
             }
