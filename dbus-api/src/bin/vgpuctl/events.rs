@@ -164,9 +164,9 @@ pub async fn follow(
             continue;
         };
         if json {
-            println!("{event}");
+            outln!("{event}");
         } else {
-            println!("{}", human(&event));
+            outln!("{}", human(&event));
         }
         seen += 1;
         if count.is_some_and(|limit| seen >= limit) {

@@ -1,6 +1,9 @@
 //! `vgpuctl`: command-line client of the mdev-manager service. A pure D-Bus client: it talks to
 //! `org.mdevmanager.VGpu1` and never touches the host itself.
 
+// First, so that its macros are in scope in the modules below.
+#[macro_use]
+mod output;
 mod cli;
 mod events;
 mod schedule;
@@ -95,7 +98,7 @@ fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
         message: format!("cannot encode JSON: {e}"),
         code: 1,
     })?;
-    println!("{text}");
+    outln!("{text}");
     Ok(())
 }
 
@@ -244,7 +247,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                         serde_json::Value::String(s) => s,
                         other => other.to_string(),
                     };
-                    println!("{key:>12}: {text}");
+                    outln!("{key:>12}: {text}");
                 }
             }
         }
@@ -264,7 +267,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             if json {
                 return print_json(&serde_json::json!({ "uuid": record.uuid, "xml": xml }));
             }
-            print!("{xml}");
+            out!("{xml}");
         }
         Command::Create {
             profile,
@@ -304,7 +307,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 return print_json(&records);
             }
             for record in records {
-                println!("{}", record.uuid);
+                outln!("{}", record.uuid);
             }
         }
         Command::Destroy { uuids, force } => {
@@ -388,7 +391,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                         "message": args.message,
                     }))?;
                 } else if done {
-                    println!("{}", args.message);
+                    outln!("{}", args.message);
                 }
                 if done {
                     return Ok(());
@@ -431,11 +434,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     "reconcile_report": report,
                 }));
             }
-            println!("version: {version}");
-            println!("features: {}", features.join(", "));
-            println!("last reconcile:");
+            outln!("version: {version}");
+            outln!("features: {}", features.join(", "));
+            outln!("last reconcile:");
             for line in report {
-                println!("  {line}");
+                outln!("  {line}");
             }
         }
         Command::Weight {

@@ -131,7 +131,7 @@ pub async fn weight(
     match (json, record) {
         (true, Some(record)) => print_json(&record),
         (false, Some(record)) => {
-            println!(
+            outln!(
                 "{}: weight {}, min {}, max {}: requested {}, effective {}{}",
                 record.uuid,
                 record.weight,
@@ -294,7 +294,7 @@ pub async fn show(
     if instances.is_empty() {
         return Ok(());
     }
-    println!();
+    outln!();
     table::print(
         &[
             "INSTANCE",

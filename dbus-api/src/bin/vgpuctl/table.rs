@@ -18,7 +18,7 @@ pub fn print(headers: &[&str], rows: impl Iterator<Item = Vec<String>>) {
                 text.push_str(&format!("{cell:<width$}  "));
             }
         }
-        println!("{}", text.trim_end());
+        outln!("{}", text.trim_end());
     };
     line(headers.iter().map(|h| h.to_string()).collect());
     for row in rows {
