@@ -10,7 +10,11 @@ use e2e_tests::bus::{start_service, workspace_binary, TestBus};
 fn closed_stdout_pipe_ends_quietly() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
-    for args in [&["profiles"][..], &["--json", "profiles"][..], &["list"][..]] {
+    for args in [
+        &["profiles"][..],
+        &["--json", "profiles"][..],
+        &["list"][..],
+    ] {
         let mut child = Command::new(workspace_binary("vgpuctl"))
             .args(args)
             .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
