@@ -756,7 +756,8 @@ impl InstanceIface {
     }
 
     /// Removes the device of a persistent instance, keeping its definition. Option `force b`:
-    /// also when a domain holds it.
+    /// also when a domain holds it. A transient instance has no definition to keep, so `Stop`
+    /// would silently be `Destroy`: it is refused with `NotSupported` instead.
     async fn stop(
         &self,
         options: HashMap<String, OwnedVariant>,
@@ -773,6 +774,18 @@ impl InstanceIface {
         );
         self.service.authorizer.check(request).await?;
         let uuid = self.data().uuid.clone();
+        // Asked of the engine, not of this object's cached properties, which may lag a
+        // SetAutostart/SetPersistent that has just returned.
+        let lookup = uuid.clone();
+        let current = self
+            .service
+            .call(move |engine| engine.instance(&lookup))
+            .await?;
+        if !current.persistent {
+            return Err(BusError::NotSupported(format!(
+                "instance {uuid} is transient: Stop keeps a definition it does not have; destroy it instead"
+            )));
+        }
         self.service
             .call(move |engine| engine.stop(&uuid, DestroyOptions { force }))
             .await?;

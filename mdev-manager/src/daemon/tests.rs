@@ -392,3 +392,50 @@ async fn concurrent_destroys_while_events_refresh_do_not_deadlock() {
     }
     assert!(fixture.engine.instances().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn stop_refuses_a_transient_instance_and_stops_a_persistent_one() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let engine = fixture.engine.clone();
+    let uuid = tokio::task::spawn_blocking(move || create_mdev(&engine))
+        .await
+        .unwrap();
+    let instance_path = path::mdev_instance_path(&uuid);
+    for _ in 0..200 {
+        if managed_objects(&fixture.client)
+            .await
+            .contains_key(&instance_path)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let instance = InstanceProxy::builder(&fixture.client)
+        .path(instance_path)
+        .build()
+        .await
+        .unwrap();
+
+    let error = ClientError::from(instance.stop(HashMap::new()).await.unwrap_err());
+    assert_eq!(error.kind(), Some(ErrorKind::NotSupported), "{error}");
+    assert!(
+        error.to_string().contains(&uuid),
+        "names the instance: {error}"
+    );
+    assert!(error.to_string().contains("transient"), "{error}");
+    assert!(
+        fixture.engine.instance(&uuid).unwrap().active,
+        "a refused Stop leaves the instance running"
+    );
+
+    // Made persistent behind the object's back (its cached properties may still say
+    // transient): the same call keeps the definition and removes only the device.
+    fixture
+        .engine
+        .set_persistence(&uuid, true, false)
+        .expect("persistent");
+    instance.stop(HashMap::new()).await.expect("Stop");
+    let stopped = fixture.engine.instance(&uuid).expect("definition kept");
+    assert!(stopped.persistent);
+    assert!(!stopped.active);
+}
