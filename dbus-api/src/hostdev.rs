@@ -126,6 +126,70 @@ pub fn hostdev_xml(
     }
 }
 
+/// PCI vendor ID of NVIDIA, whose vGPU manager identifies a guest by the VM's UUID.
+pub const NVIDIA_VENDOR_ID: u16 = 0x10de;
+
+/// What a plain QEMU command line (no libvirt) needs to get an instance.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct QemuArgs {
+    /// The arguments, e.g. `["-device", "vfio-pci,sysfsdev=/sys/bus/mdev/devices/<uuid>"]`.
+    pub args: Vec<String>,
+    /// NVIDIA vGPU: QEMU must also get `-uuid <vm uuid>`, because the host's vGPU manager reads
+    /// the VM's UUID (libvirt passes the domain's UUID itself).
+    pub needs_vm_uuid: bool,
+}
+
+/// `-device vfio-pci,...` for an instance: an mdev by its sysfs device directory, a VF or a
+/// pass-through GPU by its PCI address. `parent_vendor` is the parent's PCI vendor ID when
+/// known (it decides [`QemuArgs::needs_vm_uuid`] for mdevs and VFs of an NVIDIA GPU).
+pub fn qemu_args(
+    instance: &InstanceRecord,
+    parent_vendor: Option<u16>,
+) -> Result<QemuArgs, HostdevError> {
+    let nvidia = parent_vendor == Some(NVIDIA_VENDOR_ID);
+    let (device, needs_vm_uuid) = match instance.kind.as_str() {
+        instance_kind::MDEV => {
+            let uuid = canonical_uuid(&instance.uuid).map_err(|source| HostdevError::BadUuid {
+                object: instance.object.clone(),
+                source,
+            })?;
+            (
+                format!("vfio-pci,sysfsdev=/sys/bus/mdev/devices/{uuid}"),
+                nvidia,
+            )
+        }
+        instance_kind::VF | instance_kind::NVIDIA_VF | instance_kind::PASSTHROUGH => {
+            let bad = |source| HostdevError::BadPciAddress {
+                object: instance.object.clone(),
+                source,
+            };
+            let (domain, bus, slot, function) = parse_pci_address(&instance.pci_address)
+                .ok_or_else(|| {
+                    bad(BadPciAddress {
+                        address: instance.pci_address.clone(),
+                    })
+                })?;
+            // A whole GPU passed through runs NVIDIA's ordinary guest driver, no vGPU manager.
+            let vgpu = instance.kind == instance_kind::NVIDIA_VF
+                || (nvidia && instance.kind == instance_kind::VF);
+            (
+                format!("vfio-pci,host={domain:04x}:{bus:02x}:{slot:02x}.{function:x}"),
+                vgpu,
+            )
+        }
+        other => {
+            return Err(HostdevError::UnknownKind {
+                object: instance.object.clone(),
+                kind: other.to_string(),
+            })
+        }
+    };
+    Ok(QemuArgs {
+        args: vec!["-device".into(), device],
+        needs_vm_uuid,
+    })
+}
+
 /// Splits `DDDD:BB:SS.F` into numbers, checking the digit counts and ranges sysfs uses.
 fn parse_pci_address(address: &str) -> Option<(u32, u8, u8, u8)> {
     let (domain, rest) = address.split_once(':')?;
@@ -247,6 +311,35 @@ mod tests {
         let passthrough = hostdev_xml(&record("passthrough", "", "0000:41:00.0"), display).unwrap();
         assert!(passthrough.contains("domain='0x0000' bus='0x41' slot='0x00' function='0x0'"));
         assert!(passthrough.contains("type='pci' managed='no'"));
+    }
+
+    #[test]
+    fn qemu_args_per_kind() {
+        let mdev = qemu_args(&record("mdev", SAMPLE_UUID, ""), Some(NVIDIA_VENDOR_ID)).unwrap();
+        assert_eq!(
+            mdev.args,
+            [
+                "-device",
+                "vfio-pci,sysfsdev=/sys/bus/mdev/devices/c2177883-f1bb-47f0-914d-32a22e3a8804"
+            ]
+        );
+        assert!(mdev.needs_vm_uuid, "NVIDIA mdev needs -uuid");
+        let intel = qemu_args(&record("mdev", SAMPLE_UUID, ""), Some(0x8086)).unwrap();
+        assert!(!intel.needs_vm_uuid);
+        let vf = qemu_args(&record("nvidia-vf", "", "0000:3B:00.4"), None).unwrap();
+        assert_eq!(vf.args, ["-device", "vfio-pci,host=0000:3b:00.4"]);
+        assert!(vf.needs_vm_uuid);
+        let gpu = qemu_args(
+            &record("passthrough", "", "0000:41:00.0"),
+            Some(NVIDIA_VENDOR_ID),
+        )
+        .unwrap();
+        assert_eq!(gpu.args, ["-device", "vfio-pci,host=0000:41:00.0"]);
+        assert!(!gpu.needs_vm_uuid, "a whole GPU has no vGPU manager");
+        assert!(matches!(
+            qemu_args(&record("vf", "", "0000:3b:00.4,x=1"), None),
+            Err(HostdevError::BadPciAddress { .. })
+        ));
     }
 
     #[test]

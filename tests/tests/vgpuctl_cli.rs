@@ -2,7 +2,7 @@
 
 use std::process::{Command, Stdio};
 
-use e2e_tests::bus::{start_service, workspace_binary, TestBus};
+use e2e_tests::bus::{start_service, vgpuctl, workspace_binary, TestBus};
 
 /// `vgpuctl profiles | head -0`: the reader is gone before the first line is written. The
 /// client must end quietly with status 0 instead of panicking on EPIPE.
@@ -35,4 +35,34 @@ fn closed_stdout_pipe_ends_quietly() {
         assert!(!stderr.contains("panicked"), "{stderr}");
         assert!(stderr.is_empty(), "quiet exit expected, got: {stderr}");
     }
+}
+
+/// `vgpuctl qemu-args` for an NVIDIA mdev: the `-device` argument on stdout, the `-uuid` note
+/// on stderr; an unknown instance is NotFound naming it.
+#[test]
+fn qemu_args_for_an_nvidia_mdev() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let created = vgpuctl(&bus, None, &["--json", "create", "nvidia-t4-2q"]);
+    assert!(created.status.success(), "{created:?}");
+    let created: serde_json::Value = serde_json::from_slice(&created.stdout).unwrap();
+    let uuid = created[0]["uuid"].as_str().expect("uuid").to_string();
+
+    let output = vgpuctl(&bus, None, &["qemu-args", &uuid]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        format!("-device vfio-pci,sysfsdev=/sys/bus/mdev/devices/{uuid}\n")
+    );
+    assert!(String::from_utf8_lossy(&output.stderr).contains("-uuid <vm uuid>"));
+
+    let output = vgpuctl(&bus, None, &["--json", "qemu-args", &uuid]);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["needs_vm_uuid"], true);
+    assert_eq!(json["args"][0], "-device");
+
+    let missing = "00000000-0000-4000-8000-000000000001";
+    let output = vgpuctl(&bus, None, &["qemu-args", missing]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains(missing));
 }

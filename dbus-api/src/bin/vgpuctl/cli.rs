@@ -124,6 +124,11 @@ pub enum Command {
         #[arg(long)]
         ramfb: bool,
     },
+    /// Print the QEMU arguments that give a plain QEMU (no libvirt) an instance.
+    QemuArgs {
+        /// UUID of an mdev, or PCI address of a VF or pass-through GPU.
+        target: String,
+    },
     /// Set an instance's scheduling weight, and optionally its guarantee and cap.
     Weight {
         /// UUID.

@@ -269,6 +269,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             out!("{xml}");
         }
+        Command::QemuArgs { target } => {
+            let snapshot = snapshot(&connection).await?;
+            let record = find_instance(&snapshot, target)?;
+            let vendor = snapshot.parent(&record.parent).map(|p| p.vendor_id);
+            let qemu = dbus_api::hostdev::qemu_args(record, vendor)
+                .map_err(|e| failure(ErrorKind::NotSupported, error_chain(&e)))?;
+            if json {
+                return print_json(&serde_json::json!({
+                    "uuid": record.uuid,
+                    "args": qemu.args,
+                    "needs_vm_uuid": qemu.needs_vm_uuid,
+                }));
+            }
+            outln!("{}", qemu.args.join(" "));
+            if qemu.needs_vm_uuid {
+                // On stderr so that stdout stays a pasteable argument list.
+                eprintln!(
+                    "vgpuctl: NVIDIA vGPU: also pass QEMU `-uuid <vm uuid>`; the vGPU manager reads the VM's UUID (libvirt passes the domain's UUID itself)"
+                );
+            }
+        }
         Command::Create {
             profile,
             parent,
