@@ -66,3 +66,53 @@ fn qemu_args_for_an_nvidia_mdev() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains(missing));
 }
+
+/// `vgpuctl install-hook --root DIR` runs the `mdev-manager-hook` installed next to it with
+/// `--install DIR`; without one (and none on PATH) it fails naming the program.
+#[test]
+fn install_hook_runs_the_hook_beside_vgpuctl() {
+    let dir = tempfile::tempdir().unwrap();
+    let vgpuctl = dir.path().join("vgpuctl");
+    std::fs::copy(workspace_binary("vgpuctl"), &vgpuctl).unwrap();
+    let empty_path = dir.path().join("empty");
+    std::fs::create_dir(&empty_path).unwrap();
+
+    let missing = Command::new(&vgpuctl)
+        .args(["install-hook"])
+        .env("PATH", &empty_path)
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("mdev-manager-hook"),
+        "{missing:?}"
+    );
+
+    // A stand-in hook that records its arguments and prints the hook's warning.
+    let record = dir.path().join("argv");
+    let hook = dir.path().join("mdev-manager-hook");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\necho 'warning: restart libvirtd' >&2\n",
+            record.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = dir.path().join("image");
+    let output = Command::new(&vgpuctl)
+        .arg("install-hook")
+        .arg("--root")
+        .arg(&root)
+        .env("PATH", &empty_path)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        std::fs::read_to_string(&record).unwrap(),
+        format!("--install\n{}\n", root.display())
+    );
+    assert!(String::from_utf8_lossy(&output.stderr).contains("restart libvirtd"));
+}

@@ -164,6 +164,13 @@ pub enum Command {
     Permissions,
     /// Show the service version, features and the last reconcile report.
     Status,
+    /// Install the libvirt qemu hook (runs `mdev-manager-hook --install [ROOT]`, found next to
+    /// vgpuctl or on PATH). Needs no service.
+    InstallHook {
+        /// Install under this root instead of `/` (a chroot or image being built).
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
     /// Write shell completions or man pages (used by packaging).
     #[command(hide = true)]
     Generate {

@@ -147,10 +147,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     if let Command::Generate { what, dir } = &cli.command {
         return generate(what, dir);
     }
+    if let Command::InstallHook { root } = &cli.command {
+        return install_hook(root.as_deref());
+    }
     let connection = dbus_api::connect(&target(&cli)).await?;
     let json = cli.json;
     match &cli.command {
-        Command::Generate { .. } => unreachable!("handled above"),
+        Command::Generate { .. } | Command::InstallHook { .. } => unreachable!("handled above"),
         Command::Profiles => {
             let snapshot = snapshot(&connection).await?;
             if json {
@@ -584,6 +587,52 @@ fn print_instances(instances: &[InstanceRecord]) {
             ]
         }),
     );
+}
+
+/// The hook binary's name, as packaging installs it.
+const HOOK_BINARY: &str = "mdev-manager-hook";
+
+/// The installed hook program: next to this program (the package installs both in one
+/// directory), else the first on PATH.
+fn hook_binary() -> Option<std::path::PathBuf> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(HOOK_BINARY)))
+        .filter(|candidate| candidate.is_file());
+    beside.or_else(|| {
+        let paths = std::env::var_os("PATH")?;
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(HOOK_BINARY))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+/// Runs `mdev-manager-hook --install [ROOT]`; its output (including the warning that libvirtd
+/// must be restarted to see a new hook) goes straight to the user.
+fn install_hook(root: Option<&std::path::Path>) -> Result<(), Failure> {
+    let binary = hook_binary().ok_or_else(|| {
+        failure(
+            ErrorKind::NotFound,
+            format!("cannot find {HOOK_BINARY} next to vgpuctl or on PATH; is the hook package installed?"),
+        )
+    })?;
+    let mut command = std::process::Command::new(&binary);
+    command.arg("--install");
+    if let Some(root) = root {
+        command.arg(root);
+    }
+    let status = command.status().map_err(|e| Failure {
+        message: format!("cannot run {}: {e}", binary.display()),
+        code: 1,
+    })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(Failure {
+            message: format!("{} --install failed ({status})", binary.display()),
+            code: 1,
+        })
+    }
 }
 
 fn generate(what: &GenerateWhat, dir: &std::path::Path) -> Result<(), Failure> {
