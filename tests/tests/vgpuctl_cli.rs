@@ -116,3 +116,100 @@ fn install_hook_runs_the_hook_beside_vgpuctl() {
     );
     assert!(String::from_utf8_lossy(&output.stderr).contains("restart libvirtd"));
 }
+
+/// A stand-in `virsh` (no libvirtd runs on the test host): records each call's argv and the
+/// XML file it was given, answers `domuuid`, and fails `attach-device` when told to.
+fn fake_virsh(dir: &std::path::Path) -> std::path::PathBuf {
+    let script = format!(
+        r#"#!/bin/sh
+log='{log}'
+echo "$*" >> "$log"
+case "$1" in
+  domuuid) echo 4dea22b3-1d52-d8f3-2516-782e98ab3fa0 ;;
+  attach-device|detach-device)
+    cat "$3" > '{dir}'/"$1".xml
+    if [ "$1" = attach-device ] && [ -e '{dir}/fail' ]; then
+      echo "error: Failed to attach device from $3" >&2; exit 1
+    fi ;;
+  *) echo "unexpected virsh call: $*" >&2; exit 2 ;;
+esac
+"#,
+        log = dir.join("calls").display(),
+        dir = dir.display()
+    );
+    let path = dir.join("virsh");
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn vgpuctl_with_path(bus: &TestBus, path: &std::ffi::OsStr, args: &[&str]) -> std::process::Output {
+    Command::new(workspace_binary("vgpuctl"))
+        .args(args)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
+        .env("PATH", path)
+        .output()
+        .expect("run vgpuctl")
+}
+
+/// `vgpuctl attach` creates an instance claimed by the domain and hands virsh the generated
+/// hostdev; `detach` hands virsh the same hostdev and destroys the instance; a refused attach
+/// destroys what it created.
+#[test]
+fn attach_and_detach_through_virsh() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let dir = tempfile::tempdir().unwrap();
+    fake_virsh(dir.path());
+    let mut path = std::ffi::OsString::from(dir.path());
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+
+    let output = vgpuctl_with_path(&bus, &path, &["attach", "guest", "nvidia-t4-2q", "--live"]);
+    assert!(output.status.success(), "{output:?}");
+    let uuid = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let xml = std::fs::read_to_string(dir.path().join("attach-device.xml")).unwrap();
+    assert!(xml.contains(&format!("<address uuid='{uuid}'/>")), "{xml}");
+    assert!(xml.contains("type='mdev' model='vfio-pci'>"), "{xml}");
+    let shown = vgpuctl(&bus, None, &["--json", "show", &uuid]);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["holder"], "guest");
+    assert_eq!(shown["holder_uuid"], "4dea22b3-1d52-d8f3-2516-782e98ab3fa0");
+
+    // Another domain cannot detach it.
+    let output = vgpuctl_with_path(&bus, &path, &["detach", "other", &uuid]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("held by domain guest"));
+
+    let output = vgpuctl_with_path(&bus, &path, &["detach", "guest", &uuid, "--live"]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("detach-device.xml")).unwrap(),
+        xml
+    );
+    let shown = vgpuctl(&bus, None, &["show", &uuid]);
+    assert!(!shown.status.success(), "destroyed after detach");
+
+    let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap();
+    let calls: Vec<&str> = calls.lines().collect();
+    assert_eq!(calls[0], "domuuid guest");
+    assert!(calls[1].starts_with("attach-device guest /") && calls[1].ends_with(".xml --live"));
+    assert!(calls[2].starts_with("detach-device guest /") && calls[2].ends_with(".xml --live"));
+    assert_eq!(calls.len(), 3, "{calls:?}");
+
+    // virsh refuses: the instance created for it is destroyed again.
+    std::fs::write(dir.path().join("fail"), "").unwrap();
+    let output = vgpuctl_with_path(
+        &bus,
+        &path,
+        &["attach", "guest", "nvidia-t4-2q", "--config"],
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("Failed to attach device"), "{stderr}");
+    assert!(stderr.contains("destroyed again"), "{stderr}");
+    let listed = vgpuctl(&bus, None, &["--json", "list"]);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+}

@@ -164,6 +164,32 @@ pub enum Command {
     Permissions,
     /// Show the service version, features and the last reconcile report.
     Status,
+    /// Create an instance of PROFILE for DOMAIN and attach it with `virsh attach-device`.
+    Attach {
+        /// libvirt domain name.
+        domain: String,
+        /// Profile to create the instance from.
+        profile: String,
+        /// Attach to the running domain.
+        #[arg(long)]
+        live: bool,
+        /// Attach to the domain's persistent configuration.
+        #[arg(long)]
+        config: bool,
+    },
+    /// Detach an instance from DOMAIN with `virsh detach-device`, then destroy it.
+    Detach {
+        /// libvirt domain name.
+        domain: String,
+        /// UUID (or PCI address) of the instance.
+        uuid: String,
+        /// Detach from the running domain.
+        #[arg(long)]
+        live: bool,
+        /// Detach from the domain's persistent configuration.
+        #[arg(long)]
+        config: bool,
+    },
     /// Install the libvirt qemu hook (runs `mdev-manager-hook --install [ROOT]`, found next to
     /// vgpuctl or on PATH). Needs no service.
     InstallHook {

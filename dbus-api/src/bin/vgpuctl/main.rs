@@ -8,6 +8,7 @@ mod cli;
 mod events;
 mod schedule;
 mod table;
+mod virsh;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -271,6 +272,37 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 return print_json(&serde_json::json!({ "uuid": record.uuid, "xml": xml }));
             }
             out!("{xml}");
+        }
+        Command::Attach {
+            domain,
+            profile,
+            live,
+            config,
+        } => {
+            let scope = virsh::Scope {
+                live: *live,
+                config: *config,
+            };
+            let record = virsh::attach(&connection, domain, profile, scope, options(&cli)).await?;
+            if json {
+                return print_json(&record);
+            }
+            outln!("{}", record.uuid);
+        }
+        Command::Detach {
+            domain,
+            uuid,
+            live,
+            config,
+        } => {
+            let scope = virsh::Scope {
+                live: *live,
+                config: *config,
+            };
+            let uuid = virsh::detach(&connection, domain, uuid, scope, options(&cli)).await?;
+            if json {
+                return print_json(&serde_json::json!({ "uuid": uuid }));
+            }
         }
         Command::QemuArgs { target } => {
             let snapshot = snapshot(&connection).await?;

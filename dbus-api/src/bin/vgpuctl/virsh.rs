@@ -1,0 +1,174 @@
+//! `vgpuctl attach` / `detach`: a vGPU for a running or defined domain through the service and
+//! libvirt's own client. `virsh` is run as a program (found on PATH) so that vgpuctl needs no
+//! libvirt library; the libvirt hook never does this (it must not call back into libvirt).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::Command;
+
+use dbus_api::hostdev::{hostdev_xml, MdevDisplay};
+use dbus_api::names::{device_key, option};
+use dbus_api::proxy::ManagerProxy;
+use dbus_api::wire::InstanceRecord;
+use dbus_api::{ClientError, ErrorKind};
+use zbus::{Connection, Variant};
+
+use crate::{error_chain, failure, instance_proxy, snapshot, Failure};
+
+/// Where the device goes: `--live`, `--config`, both, or neither (virsh's default: the running
+/// domain).
+#[derive(Debug, Clone, Copy)]
+pub struct Scope {
+    /// `--live`.
+    pub live: bool,
+    /// `--config`.
+    pub config: bool,
+}
+
+/// Runs `virsh ARGS`, returning its stdout; a failure carries virsh's own message.
+fn virsh(args: &[&std::ffi::OsStr]) -> Result<String, Failure> {
+    let output = Command::new("virsh")
+        .args(args)
+        .output()
+        .map_err(|e| Failure {
+            message: format!("cannot run virsh (is libvirt-clients installed?): {e}"),
+            code: 1,
+        })?;
+    if output.status.success() {
+        return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+    }
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    Err(Failure {
+        message: format!(
+            "virsh {} failed ({}): {}",
+            words.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ),
+        code: 1,
+    })
+}
+
+/// `virsh attach-device|detach-device DOMAIN FILE [--live] [--config]` with `xml` in FILE.
+fn change_device(verb: &str, domain: &str, xml: &str, scope: Scope) -> Result<(), Failure> {
+    let mut file = tempfile::Builder::new()
+        .prefix("vgpuctl-hostdev-")
+        .suffix(".xml")
+        .tempfile()
+        .map_err(|e| Failure {
+            message: format!("cannot create a temporary file for the hostdev XML: {e}"),
+            code: 1,
+        })?;
+    file.write_all(xml.as_bytes()).map_err(|e| Failure {
+        message: format!("cannot write {}: {e}", file.path().display()),
+        code: 1,
+    })?;
+    let mut args: Vec<&std::ffi::OsStr> =
+        vec![verb.as_ref(), domain.as_ref(), file.path().as_os_str()];
+    if scope.live {
+        args.push("--live".as_ref());
+    }
+    if scope.config {
+        args.push("--config".as_ref());
+    }
+    virsh(&args).map(drop)
+}
+
+/// Creates an instance of `profile` claimed by `domain` and attaches it with virsh; undoes the
+/// creation if virsh refuses. Returns the new instance.
+pub async fn attach(
+    connection: &Connection,
+    domain: &str,
+    profile: &str,
+    scope: Scope,
+    mut options: HashMap<&'static str, Variant<'static>>,
+) -> Result<InstanceRecord, Failure> {
+    let domain_uuid = virsh(&["domuuid".as_ref(), domain.as_ref()])?
+        .trim()
+        .to_string();
+    let uuid = uuid::Uuid::new_v4().to_string();
+    let device: HashMap<&str, Variant<'_>> = HashMap::from([
+        (device_key::KIND, Variant::from("mdev")),
+        (device_key::PROFILE, Variant::from(profile)),
+        (device_key::UUID, Variant::from(uuid.as_str())),
+    ]);
+    // A device with a fresh UUID and a profile is created for the domain and claimed by it
+    // (transient: the domain's release destroys it), all in one call.
+    let manager = ManagerProxy::new(connection).await?;
+    manager
+        .prepare_domain(domain, &domain_uuid, vec![device], options.clone())
+        .await
+        .map_err(ClientError::from)?;
+    let snapshot = snapshot(connection).await?;
+    let record = snapshot
+        .instance(&uuid)
+        .cloned()
+        .ok_or_else(|| failure(ErrorKind::Failed, format!("instance {uuid} vanished")))?;
+    let attached = hostdev_xml(&record, MdevDisplay::default())
+        .map_err(|e| failure(ErrorKind::NotSupported, error_chain(&e)))
+        .and_then(|xml| change_device("attach-device", domain, &xml, scope));
+    if let Err(attach_failure) = attached {
+        options.insert(option::FORCE, Variant::from(true));
+        let undone = match instance_proxy(connection, &record).await {
+            Ok(instance) => instance
+                .destroy(options)
+                .await
+                .map_err(|e| error_chain(&ClientError::from(e))),
+            Err(e) => Err(e.message),
+        };
+        let message = match undone {
+            Ok(()) => format!(
+                "{}; instance {uuid} destroyed again",
+                attach_failure.message
+            ),
+            Err(e) => format!(
+                "{}; instance {uuid} could not be destroyed: {e}",
+                attach_failure.message
+            ),
+        };
+        return Err(Failure {
+            message,
+            code: attach_failure.code,
+        });
+    }
+    Ok(record)
+}
+
+/// Detaches instance `key` from `domain` with virsh, then destroys it. An instance another
+/// domain holds is refused before anything changes.
+pub async fn detach(
+    connection: &Connection,
+    domain: &str,
+    key: &str,
+    scope: Scope,
+    mut options: HashMap<&'static str, Variant<'static>>,
+) -> Result<String, Failure> {
+    let snapshot = snapshot(connection).await?;
+    let record = snapshot
+        .instance(key)
+        .ok_or_else(|| failure(ErrorKind::NotFound, format!("no instance {key}")))?;
+    if !record.holder.is_empty() && record.holder != domain {
+        return Err(failure(
+            ErrorKind::InUse,
+            format!(
+                "instance {} is held by domain {}, not {domain}",
+                record.uuid, record.holder
+            ),
+        ));
+    }
+    let xml = hostdev_xml(record, MdevDisplay::default())
+        .map_err(|e| failure(ErrorKind::NotSupported, error_chain(&e)))?;
+    change_device("detach-device", domain, &xml, scope)?;
+    // The domain's claim is what keeps Destroy from removing it; the device is gone from the
+    // domain now, so the claim is stale.
+    options.insert(option::FORCE, Variant::from(true));
+    instance_proxy(connection, record)
+        .await?
+        .destroy(options)
+        .await
+        .map_err(ClientError::from)?;
+    Ok(record.uuid.clone())
+}
