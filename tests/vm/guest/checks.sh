@@ -354,7 +354,7 @@ vgpuctl() { timeout 60 "$bin/vgpuctl" --no-ask "$@"; }
 product_start_bus() {
   mkdir -p /run/dbus /etc/dbus-1/system.d
   # The overlay root is the guest's own: installing the policy file touches nothing on the host.
-  cp "$here/../../../packaging/dbus/org.mdevmanager.VGpu1.conf" /etc/dbus-1/system.d/ || return 1
+  cp "$repo/packaging/dbus/org.mdevmanager.VGpu1.conf" /etc/dbus-1/system.d/ || return 1
   dbus-daemon --system --fork || return 1
   wait_until 10 test -S /run/dbus/system_bus_socket || { echo "no /run/dbus/system_bus_socket"; return 1; }
   echo "dbus-daemon --system running with the service's policy"

@@ -7,6 +7,9 @@
 # in CHECK_GROUPS. `vmtier.only=a,b` on the kernel command line runs only those groups.
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The harness runs a snapshot of tests/vm/guest (out/guest) so that editing the scripts during a
+# run cannot change them under bash, which reads a script as it goes; it names the repository.
+repo="$(cat "$here/repo")"
 out="${VMTIER_OUT:?}"
 results="$out/results.tsv"
 bin="$out/bin"
