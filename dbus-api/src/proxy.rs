@@ -58,6 +58,10 @@ pub trait Manager {
         domain_uuid: &str,
         options: Options<'_>,
     ) -> zbus::Result<()>;
+    /// Runs the VFIO preflight probe on an mdev UUID or a PCI address (a VF or pass-through
+    /// device) in the service; returns the report as JSON (`ok`, `steps`, ...). No options yet.
+    #[zbus(allow_interactive_auth)]
+    fn probe(&self, target: &str, options: Options<'_>) -> zbus::Result<String>;
     /// Compares a domain's devices with what the host has; returns drift lines.
     fn verify_domain(
         &self,

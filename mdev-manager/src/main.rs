@@ -236,6 +236,9 @@ async fn main() -> Result<()> {
     .context("cannot connect to the bus")?;
     let authorizer: Arc<dyn Authorizer> = Arc::new(Polkit::new(polkit_connection));
     let service = Service::new(engine.clone(), authorizer, features);
+    if sim.is_none() {
+        service.enable_probe(cli.root.clone());
+    }
     let connection = service
         .serve(builder, !cli.no_reconcile)
         .await

@@ -227,6 +227,51 @@ impl ManagerIface {
         Ok(())
     }
 
+    /// Runs the VFIO preflight probe (vfio-probe) on `target`, an mdev UUID or the PCI address
+    /// of a VF or pass-through device, the way a VMM opens it; returns the report as JSON
+    /// (`ok`, `steps`, ...). A failed step is in the report, not an error. NotSupported when
+    /// the service runs on the simulated host (it has no VFIO devices).
+    #[zbus(out_args("report"))]
+    async fn probe(
+        &self,
+        target: String,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String, BusError> {
+        let options = CallOptions::parse("Probe", options, &[])?;
+        let parsed: vfio_probe::Target = target
+            .parse()
+            .map_err(|e: vfio_probe::TargetError| BusError::InvalidArgs(format!("Probe: {e}")))?;
+        // Opening a VFIO group or device is privileged and can disturb a device in use.
+        let request = AuthRequest::new(
+            action::MANAGE_INSTANCES,
+            &header,
+            options.no_user_interaction()?,
+        )
+        .detail("verb", "probe")
+        .detail("target", target.clone());
+        self.service.authorizer.check(request).await?;
+        let Some(root) = self.service.probe_root() else {
+            return Err(BusError::NotSupported(
+                "probe needs a real host: the service runs on the simulated host".to_string(),
+            ));
+        };
+        let probe_options = vfio_probe::ProbeOptions {
+            sysfs_root: root.to_path_buf(),
+            ..vfio_probe::ProbeOptions::default()
+        };
+        // The probe does ioctls and maps memory: keep it off the async workers.
+        let report =
+            tokio::task::spawn_blocking(move || vfio_probe::probe(&parsed, &probe_options))
+                .await
+                .map_err(|e| {
+                    BusError::Failed(format!("Probe of {target}: the probe task ended: {e}"))
+                })?;
+        serde_json::to_string(&report).map_err(|e| {
+            BusError::Failed(format!("Probe of {target}: cannot encode the report: {e}"))
+        })
+    }
+
     /// Lines describing how the host differs from what the domain should hold; empty when in
     /// line. Never fails for drift.
     #[zbus(out_args("drift"))]

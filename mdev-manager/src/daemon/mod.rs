@@ -134,6 +134,9 @@ pub struct Service {
     reconcile_lines: Mutex<Vec<String>>,
     exported: tokio::sync::Mutex<ExportedObjects>,
     next_job: AtomicU64,
+    /// The host root `Manager.Probe` resolves sysfs under; unset on the simulated host, whose
+    /// devices have no VFIO nodes to open.
+    probe_root: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 impl Service {
@@ -151,7 +154,19 @@ impl Service {
             reconcile_lines: Mutex::new(Vec::new()),
             exported: tokio::sync::Mutex::new(ExportedObjects::default()),
             next_job: AtomicU64::new(1),
+            probe_root: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Lets `Manager.Probe` run the VFIO probe with sysfs under `root` (the root the real host
+    /// is opened at). Without it the service is on the simulated host and `Probe` is
+    /// NotSupported. Only the first call counts: the host does not change while serving.
+    pub fn enable_probe(&self, root: std::path::PathBuf) {
+        let _ = self.probe_root.set(root);
+    }
+
+    fn probe_root(&self) -> Option<&std::path::Path> {
+        self.probe_root.get().map(std::path::PathBuf::as_path)
     }
 
     /// The engine.

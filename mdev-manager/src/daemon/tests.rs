@@ -439,3 +439,80 @@ async fn stop_refuses_a_transient_instance_and_stops_a_persistent_one() {
     assert!(stopped.persistent);
     assert!(!stopped.active);
 }
+
+/// `Probe` on the simulated host is NotSupported saying why; a malformed target is InvalidArgs
+/// naming the text (checked before anything else, so also on the simulated host).
+#[tokio::test]
+async fn probe_on_the_simulated_host() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let manager = ManagerProxy::builder(&fixture.client)
+        .build()
+        .await
+        .unwrap();
+    let error = ClientError::from(
+        manager
+            .probe("83b8f4f2-509f-382f-3c1e-e6bfe0fa1001", HashMap::new())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::NotSupported), "{error}");
+    assert!(error.to_string().contains("simulated host"), "{error}");
+
+    let error = ClientError::from(
+        manager
+            .probe("not-a-target", HashMap::new())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
+    assert!(error.to_string().contains("not-a-target"), "{error}");
+
+    let mut options = HashMap::new();
+    options.insert("colour", Variant::from("blue"));
+    let error = ClientError::from(manager.probe("0000:3b:00.4", options).await.unwrap_err());
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
+    assert!(error.to_string().contains("colour"), "{error}");
+}
+
+/// With a host root, `Probe` runs the real probe there and returns its report: a device that
+/// is not in that sysfs fails the first step, in the report rather than as an error.
+#[tokio::test]
+async fn probe_reports_a_missing_device_as_a_failed_step() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let root = tempfile::tempdir().expect("temp dir");
+    fixture.service.enable_probe(root.path().to_path_buf());
+    let manager = ManagerProxy::builder(&fixture.client)
+        .build()
+        .await
+        .unwrap();
+    let json = manager
+        .probe("0000:3b:00.4", HashMap::new())
+        .await
+        .expect("Probe returns a report");
+    let report: serde_json::Value = serde_json::from_str(&json).expect("JSON report");
+    assert_eq!(report["ok"], false, "{report}");
+    let steps = report["steps"].as_array().expect("steps");
+    assert!(!steps.is_empty(), "{report}");
+    assert!(
+        steps.iter().any(|step| step["status"] == "failed"),
+        "{report}"
+    );
+}
+
+/// `Probe` opens VFIO devices: it asks for the manage-instances action.
+#[tokio::test]
+async fn probe_needs_authorization() {
+    let fixture = fixture(Arc::new(DenyAll)).await;
+    fixture.service.enable_probe(std::path::PathBuf::from("/"));
+    let manager = ManagerProxy::builder(&fixture.client)
+        .build()
+        .await
+        .unwrap();
+    let error = ClientError::from(
+        manager
+            .probe("0000:3b:00.4", HashMap::new())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::NotAuthorized), "{error}");
+}

@@ -164,6 +164,12 @@ pub enum Command {
     Permissions,
     /// Show the service version, features and the last reconcile report.
     Status,
+    /// Check that a VMM can use a device: the service opens it through VFIO the way QEMU does
+    /// and reports each step. Exits 0 when every step passed, 1 when one failed.
+    Probe {
+        /// mdev UUID, or PCI address of a VF or pass-through device.
+        target: String,
+    },
     /// Create an instance of PROFILE for DOMAIN and attach it with `virsh attach-device`.
     Attach {
         /// libvirt domain name.

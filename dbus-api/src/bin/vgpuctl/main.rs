@@ -548,8 +548,57 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Events { count } => {
             events::follow(&connection, json, *count).await?;
         }
+        Command::Probe { target } => {
+            let manager = ManagerProxy::new(&connection).await?;
+            let report = manager
+                .probe(target, options(&cli))
+                .await
+                .map_err(ClientError::from)?;
+            print_probe(target, &report, json)?;
+        }
     }
     Ok(())
+}
+
+/// Prints the service's probe report (JSON as received, or a table of steps); a failed step
+/// makes the command fail with status 1 naming it.
+fn print_probe(target: &str, report: &str, json: bool) -> Result<(), Failure> {
+    let value: serde_json::Value = serde_json::from_str(report).map_err(|e| Failure {
+        message: format!("the service's probe report for {target} is not JSON: {e}"),
+        code: 1,
+    })?;
+    let text = |value: &serde_json::Value| match value {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    let steps = value["steps"].as_array().cloned().unwrap_or_default();
+    if json {
+        print_json(&value)?;
+    } else {
+        table::print(
+            &["STEP", "STATUS", "DETAIL"],
+            steps.iter().map(|step| {
+                vec![
+                    text(&step["step"]),
+                    text(&step["status"]),
+                    text(&step["detail"]),
+                ]
+            }),
+        );
+    }
+    if value["ok"] == serde_json::Value::Bool(true) {
+        return Ok(());
+    }
+    let failed = steps
+        .iter()
+        .find(|step| step["status"] == "failed")
+        .map(|step| text(&step["step"]))
+        .unwrap_or_else(|| "a step".to_string());
+    Err(Failure {
+        message: format!("probe of {target}: {failed} failed"),
+        code: 1,
+    })
 }
 
 /// `SetNumVfs` on a path with no Sriov interface is the bus's UnknownObject/UnknownInterface:
