@@ -213,3 +213,32 @@ fn attach_and_detach_through_virsh() {
     let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
 }
+
+/// `vgpuctl probe`: a malformed target is the invalid-args exit code naming the text; on the
+/// simulated service a well-formed one is NotSupported saying the host is simulated.
+#[test]
+fn probe_on_the_simulated_service() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let output = vgpuctl(&bus, None, &["probe", "not-a-target"]);
+    assert_eq!(
+        output.status.code(),
+        Some(dbus_api::ErrorKind::InvalidArgs.exit_code().into()),
+        "{output:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("not-a-target"),
+        "{output:?}"
+    );
+
+    let output = vgpuctl(&bus, None, &["probe", "0000:3b:00.4"]);
+    assert_eq!(
+        output.status.code(),
+        Some(dbus_api::ErrorKind::NotSupported.exit_code().into()),
+        "{output:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("simulated host"),
+        "{output:?}"
+    );
+}

@@ -752,3 +752,36 @@ fn write_man(command: &clap::Command, name: &str, dir: &std::path::Path) -> std:
         .render(&mut buffer)?;
     std::fs::write(dir.join(format!("{name}.1")), buffer)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::print_probe;
+
+    /// A report with a failed step fails the command with status 1 naming the step; a passing
+    /// report succeeds; a reply that is not JSON is a failure, not a panic.
+    #[test]
+    fn probe_status_follows_the_report() {
+        let failed = r#"{"ok":false,"steps":[
+            {"step":"resolve","status":"ok","detail":"found"},
+            {"step":"group","status":"failed","detail":"no group file"},
+            {"step":"container","status":"not_run","detail":"earlier step failed"}]}"#;
+        let failure = print_probe("0000:3b:00.4", failed, false).unwrap_err();
+        assert_eq!(failure.code, 1);
+        assert!(
+            failure.message.contains("group failed"),
+            "{}",
+            failure.message
+        );
+        assert!(
+            failure.message.contains("0000:3b:00.4"),
+            "{}",
+            failure.message
+        );
+
+        let passed = r#"{"ok":true,"steps":[{"step":"resolve","status":"ok","detail":""}]}"#;
+        assert!(print_probe("0000:3b:00.4", passed, true).is_ok());
+
+        let failure = print_probe("0000:3b:00.4", "not json", false).unwrap_err();
+        assert_eq!(failure.code, 1);
+    }
+}
