@@ -56,8 +56,8 @@ impl Rounds {
             hook_vgpu: 60,
             inventory: 30,
             single: 60,
-            batch: 3,
-            starts: 7,
+            batch: 2,
+            starts: 5,
             reads_per_client: 300,
             writes_per_client: 15,
         }
