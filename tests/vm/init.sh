@@ -36,7 +36,13 @@ mount -t tmpfs -o mode=0755 layer /layer
 mkdir -p /layer/upper /layer/work
 mount -t overlay -o lowerdir=/host,upperdir=/layer/upper,workdir=/layer/work,xino=off overlay /newroot \
   || die "cannot mount the overlay root"
+# A clean /tmp, /run and /var/tmp, except one that holds the checkout (CI may clone under
+# /tmp): covering it would hide the project's binaries and the results share's mount point, so
+# that one keeps the host's view through the overlay.
 for dir in /tmp /run /var/tmp; do
+  case "$out/" in
+    "$dir"/*) continue ;;
+  esac
   mount -t tmpfs -o mode=1777 tmpfs "/newroot$dir"
 done
 mkdir -p "/newroot/lib/modules/$kver"
