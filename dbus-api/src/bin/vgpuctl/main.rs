@@ -103,16 +103,21 @@ fn print_json<T: serde::Serialize>(value: &T) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn snapshot(connection: &Connection) -> Result<Snapshot, Failure> {
+/// Every object the service exports, in one ObjectManager call.
+async fn managed_objects(connection: &Connection) -> Result<zbus::fdo::ManagedObjects, Failure> {
     let manager = zbus::fdo::ObjectManagerProxy::builder(connection)
         .destination(BUS_NAME)
         .path(ROOT_PATH)
         .build()
         .await?;
-    let objects = manager
+    Ok(manager
         .get_managed_objects()
         .await
-        .map_err(ClientError::from)?;
+        .map_err(ClientError::from)?)
+}
+
+async fn snapshot(connection: &Connection) -> Result<Snapshot, Failure> {
+    let objects = managed_objects(connection).await?;
     Snapshot::from_managed_objects(objects).map_err(|e| Failure {
         message: e.to_string(),
         code: 1,

@@ -7,14 +7,14 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use dbus_api::names::{interface, BUS_NAME, ROOT_PATH};
+use dbus_api::names::{interface, BUS_NAME};
 use dbus_api::schedule::{option, InstanceScheduleRecord, ParentScheduleRecord};
 use dbus_api::{path, ClientError, ErrorKind};
 use serde::Serialize;
 use vgpu_sched::{parse_duration_us, Share};
 use zbus::{Connection, Variant};
 
-use super::{failure, print_json, table, Failure};
+use super::{failure, managed_objects, print_json, table, Failure};
 
 /// Every parent's and instance's scheduling properties.
 struct Schedules {
@@ -23,15 +23,7 @@ struct Schedules {
 }
 
 async fn read(connection: &Connection) -> Result<Schedules, Failure> {
-    let manager = zbus::fdo::ObjectManagerProxy::builder(connection)
-        .destination(BUS_NAME)
-        .path(ROOT_PATH)
-        .build()
-        .await?;
-    let objects = manager
-        .get_managed_objects()
-        .await
-        .map_err(ClientError::from)?;
+    let objects = managed_objects(connection).await?;
     let mut parents = Vec::new();
     let mut instances = Vec::new();
     let bad = |e: dbus_api::wire::PropertyError| Failure {
