@@ -44,15 +44,20 @@ pub mod action {
     pub const SET_WEIGHTS: &str = "org.mdevmanager.vgpu1.set-weights";
     /// Rescan the host and reload profiles.
     pub const RELOAD: &str = "org.mdevmanager.vgpu1.reload";
+    /// Take a pass-through GPU's IOMMU group although a member serves the host or is not a
+    /// function of the GPU (`force` on a pass-through create or claim); checked on top of the
+    /// method's own action.
+    pub const FORCE: &str = "org.mdevmanager.vgpu1.force";
 
     /// Every action, in the order `GetPermissions` reports them.
-    pub const ALL: [&str; 6] = [
+    pub const ALL: [&str; 7] = [
         MANAGE_INSTANCES,
         MANAGE_PERSISTENT,
         CONFIGURE_SRIOV,
         ASSIGN,
         SET_WEIGHTS,
         RELOAD,
+        FORCE,
     ];
 }
 
@@ -70,8 +75,24 @@ pub mod option {
     pub const AUTOSTART: &str = "autostart";
     /// `u`: scheduling weight for the new instances.
     pub const WEIGHT: &str = "weight";
-    /// `b`: act even though the instance is held by a VM.
+    /// `b`: act even though the instance is held by a VM; on `CreateInstances`, take a
+    /// pass-through GPU's IOMMU group although a member serves the host (action `force`).
     pub const FORCE: &str = "force";
+    /// `s`: how a profile is placed over the parents that can take it: `pack` (fill the
+    /// busiest parent first) or `spread` (take the idlest).
+    pub const PLACEMENT: &str = "placement";
+    /// `u`: prefer parents on this NUMA node.
+    pub const NUMA_NODE: &str = "numa-node";
+    /// `b`: accept only parents on `numa-node` (needs `numa-node`).
+    pub const NUMA_STRICT: &str = "numa-strict";
+}
+
+/// Values of the `placement` option (and of the `placement` config key).
+pub mod placement {
+    /// Fill the busiest parent that still has room (keeps whole GPUs free).
+    pub const PACK: &str = "pack";
+    /// Take the idlest parent.
+    pub const SPREAD: &str = "spread";
 }
 
 /// Keys of the per-device dicts of `PrepareDomain` and `VerifyDomain`.
@@ -88,6 +109,9 @@ pub mod device_key {
     pub const WEIGHT: &str = "weight";
     /// `s`: PCI address (VF or passthrough device).
     pub const PCI_ADDRESS: &str = "pci_address";
+    /// `b`: pass-through only: take the GPU's IOMMU group although a member serves the host
+    /// or is not a function of the GPU (action `force` on top of `assign`).
+    pub const FORCE: &str = "force";
 }
 
 /// The `Kind` property of an instance.

@@ -184,6 +184,11 @@ pub struct CreateRequest {
     /// How a `Profile` target is placed (unset fields: [`EngineConfig::placement`]).
     #[serde(default)]
     pub placement: PlacementRequest,
+    /// A pass-through (a `Passthrough` target, or a profile that resolves to one) takes its
+    /// GPU's IOMMU group even when a member serves the host or is not a function of the GPU.
+    /// Ignored by the other kinds.
+    #[serde(default)]
+    pub force: bool,
 }
 
 impl CreateRequest {
@@ -197,6 +202,7 @@ impl CreateRequest {
             attributes: Vec::new(),
             scheduling: Scheduling::default(),
             placement: PlacementRequest::default(),
+            force: false,
         }
     }
 }
@@ -267,6 +273,10 @@ pub struct DeviceRequest {
     pub weight: Option<u32>,
     /// VF / passthrough PCI address.
     pub pci_address: Option<String>,
+    /// A pass-through takes its GPU's IOMMU group even when a member serves the host or is
+    /// not a function of the GPU (see [`CreateRequest::force`]).
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// What a release did.
@@ -1670,6 +1680,13 @@ impl Engine {
                     (resolved.target, Some(profile.clone()))
                 }
                 other => (other.clone(), None),
+            };
+            let target = match target {
+                CreateTarget::Passthrough { gpu, force } => CreateTarget::Passthrough {
+                    gpu,
+                    force: force || request.force,
+                },
+                other => other,
             };
             let record = InstanceRecord {
                 uuid: key.clone(),

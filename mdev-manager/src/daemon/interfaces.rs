@@ -91,7 +91,9 @@ impl ManagerIface {
     }
 
     /// Creates `count` instances of `profile` (all or nothing). Options: `parent s`, `uuid s`
-    /// (only with count 1), `count u`, `autostart b`, `weight u`.
+    /// (only with count 1), `count u`, `autostart b`, `weight u`, `placement s` (`pack` |
+    /// `spread`), `numa-node u`, `numa-strict b`, `force b` (a pass-through profile takes its
+    /// GPU's IOMMU group although a member serves the host; polkit action `force`).
     #[zbus(out_args("instances"))]
     async fn create_instances(
         &self,
@@ -109,9 +111,15 @@ impl ManagerIface {
                 option::COUNT,
                 option::AUTOSTART,
                 option::WEIGHT,
+                option::PLACEMENT,
+                option::NUMA_NODE,
+                option::NUMA_STRICT,
+                option::FORCE,
             ],
         )?;
         let parent = options.string(option::PARENT)?;
+        let placement = options.placement()?;
+        let force = options.boolean(option::FORCE)?.unwrap_or(false);
         let uuid = options.string(option::UUID)?;
         let count = options.unsigned(option::COUNT)?.unwrap_or(1);
         let autostart = options.boolean(option::AUTOSTART)?.unwrap_or(false);
@@ -140,6 +148,12 @@ impl ManagerIface {
                 .detail("profile", profile.clone());
             self.service.authorizer.check(request).await?;
         }
+        if force {
+            let request = AuthRequest::new(action::FORCE, &header, no_interaction)
+                .detail("verb", "create-force")
+                .detail("profile", profile.clone());
+            self.service.authorizer.check(request).await?;
+        }
 
         let requests: Vec<CreateRequest> = (0..count)
             .map(|_| {
@@ -151,6 +165,8 @@ impl ManagerIface {
                 request.autostart = autostart;
                 request.persistent = autostart;
                 request.scheduling.weight = weight;
+                request.placement = placement;
+                request.force = force;
                 request
             })
             .collect();
@@ -178,10 +194,17 @@ impl ManagerIface {
     ) -> Result<Vec<OwnedObjectPath>, BusError> {
         let options = CallOptions::parse("PrepareDomain", options, &[])?;
         let devices = parse_devices("PrepareDomain", devices)?;
-        let request = AuthRequest::new(action::ASSIGN, &header, options.no_user_interaction()?)
+        let no_interaction = options.no_user_interaction()?;
+        let request = AuthRequest::new(action::ASSIGN, &header, no_interaction)
             .detail("verb", "prepare")
             .detail("domain", domain_name.clone());
         self.service.authorizer.check(request).await?;
+        if devices.iter().any(|device| device.force) {
+            let request = AuthRequest::new(action::FORCE, &header, no_interaction)
+                .detail("verb", "prepare-force")
+                .detail("domain", domain_name.clone());
+            self.service.authorizer.check(request).await?;
+        }
         let domain = DomainRef {
             name: domain_name,
             uuid: domain_uuid,
@@ -315,13 +338,14 @@ fn parse_devices(
     method: &'static str,
     devices: Vec<HashMap<String, OwnedVariant>>,
 ) -> Result<Vec<DeviceRequest>, BusError> {
-    const KEYS: [&str; 6] = [
+    const KEYS: [&str; 7] = [
         device_key::KIND,
         device_key::UUID,
         device_key::PROFILE,
         device_key::PARENT,
         device_key::WEIGHT,
         device_key::PCI_ADDRESS,
+        device_key::FORCE,
     ];
     devices
         .into_iter()
@@ -337,6 +361,12 @@ fn parse_devices(
             let kind = fields.string(device_key::KIND)?.ok_or_else(|| {
                 BusError::InvalidArgs(format!("{method}: device #{index} has no kind"))
             })?;
+            let force = fields.boolean(device_key::FORCE)?.unwrap_or(false);
+            if force && kind != dbus_api::names::instance_kind::PASSTHROUGH {
+                return Err(BusError::InvalidArgs(format!(
+                    "{method}: device #{index} (kind {kind}) has force, which only a passthrough device takes"
+                )));
+            }
             Ok(DeviceRequest {
                 kind,
                 uuid: fields.string(device_key::UUID)?,
@@ -344,6 +374,7 @@ fn parse_devices(
                 parent: fields.string(device_key::PARENT)?,
                 weight: fields.unsigned(device_key::WEIGHT)?,
                 pci_address: fields.string(device_key::PCI_ADDRESS)?,
+                force,
             })
         })
         .collect()

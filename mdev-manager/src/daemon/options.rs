@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 
-use dbus_api::names::option;
+use dbus_api::names::{option, placement};
 use dbus_api::BusError;
 use zbus::OwnedVariant;
+
+use crate::engine::{PlacementPolicy, PlacementRequest};
 
 /// The options of one call, after checking every key against what the method accepts.
 #[derive(Debug)]
@@ -81,6 +83,50 @@ impl CallOptions {
     pub fn no_user_interaction(&self) -> Result<bool, BusError> {
         Ok(self.boolean(option::NO_USER_INTERACTION)?.unwrap_or(false))
     }
+
+    /// The placement options `placement s` (`pack` | `spread`), `numa-node u` and
+    /// `numa-strict b`; unset ones stay unset (the service's configured defaults apply).
+    /// `numa-strict` needs `numa-node`: strict about no node would mean nothing.
+    pub fn placement(&self) -> Result<PlacementRequest, BusError> {
+        let policy = self
+            .string(option::PLACEMENT)?
+            .map(|value| {
+                parse_policy(&value).ok_or_else(|| {
+                    BusError::InvalidArgs(format!(
+                        "{}: option {} is '{value}'; expected {} or {}",
+                        self.method,
+                        option::PLACEMENT,
+                        placement::PACK,
+                        placement::SPREAD
+                    ))
+                })
+            })
+            .transpose()?;
+        let numa_node = self.unsigned(option::NUMA_NODE)?;
+        let numa_strict = self.boolean(option::NUMA_STRICT)?;
+        if numa_strict.is_some() && numa_node.is_none() {
+            return Err(BusError::InvalidArgs(format!(
+                "{}: option {} needs option {} (the node to be strict about)",
+                self.method,
+                option::NUMA_STRICT,
+                option::NUMA_NODE
+            )));
+        }
+        Ok(PlacementRequest {
+            policy,
+            numa_node,
+            numa_strict: numa_strict.unwrap_or(false),
+        })
+    }
+}
+
+/// `pack` or `spread` (the option's and the config key's values), exactly as written.
+pub fn parse_policy(value: &str) -> Option<PlacementPolicy> {
+    match value {
+        placement::PACK => Some(PlacementPolicy::Pack),
+        placement::SPREAD => Some(PlacementPolicy::Spread),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -134,5 +180,62 @@ mod tests {
         assert_eq!(parsed.string("uuid").unwrap(), None);
         let error = parsed.string("count").unwrap_err();
         assert!(error.message().contains("'s'"), "{}", error.message());
+    }
+
+    const PLACEMENT_KEYS: [&str; 3] = [option::PLACEMENT, option::NUMA_NODE, option::NUMA_STRICT];
+
+    fn placement_of(pairs: &[(&str, Variant<'static>)]) -> Result<PlacementRequest, BusError> {
+        CallOptions::parse("CreateInstances", opts(pairs), &PLACEMENT_KEYS)?.placement()
+    }
+
+    #[test]
+    fn placement_options_parse_into_a_request() {
+        assert_eq!(placement_of(&[]).unwrap(), PlacementRequest::default());
+        let spread = placement_of(&[
+            ("placement", Variant::from("spread")),
+            ("numa-node", Variant::from(1u32)),
+            ("numa-strict", Variant::from(true)),
+        ])
+        .unwrap();
+        assert_eq!(
+            spread,
+            PlacementRequest {
+                policy: Some(PlacementPolicy::Spread),
+                numa_node: Some(1),
+                numa_strict: true,
+            }
+        );
+        let pack = placement_of(&[
+            ("placement", Variant::from("pack")),
+            ("numa-node", Variant::from(0u32)),
+        ])
+        .unwrap();
+        assert_eq!(pack.policy, Some(PlacementPolicy::Pack));
+        assert_eq!(pack.numa_node, Some(0));
+        assert!(!pack.numa_strict);
+    }
+
+    #[test]
+    fn bad_placement_options_name_the_key_and_value() {
+        for value in ["Spread", "spred", "", "pack "] {
+            let error = placement_of(&[("placement", Variant::from(value))]).unwrap_err();
+            assert_eq!(error.kind(), dbus_api::ErrorKind::InvalidArgs);
+            let message = error.message();
+            assert!(message.contains("placement"), "{message}");
+            assert!(message.contains(&format!("'{value}'")), "{message}");
+            assert!(message.contains("pack or spread"), "{message}");
+        }
+        let error = placement_of(&[("numa-strict", Variant::from(true))]).unwrap_err();
+        assert_eq!(error.kind(), dbus_api::ErrorKind::InvalidArgs);
+        assert!(error.message().contains("numa-strict"), "{}", error.message());
+        assert!(error.message().contains("numa-node"), "{}", error.message());
+        // A signed or string node is a type error naming the key, not a silent default.
+        for value in [Variant::from(-1i32), Variant::from("1")] {
+            let error = placement_of(&[("numa-node", value)]).unwrap_err();
+            assert!(error.message().contains("numa-node"), "{}", error.message());
+            assert!(error.message().contains("'u'"), "{}", error.message());
+        }
+        let error = placement_of(&[("numa-strict", Variant::from("yes"))]).unwrap_err();
+        assert!(error.message().contains("'b'"), "{}", error.message());
     }
 }

@@ -142,7 +142,7 @@ impl Engine {
             },
             ("passthrough", None, Some(address)) => CreateTarget::Passthrough {
                 gpu: address.clone(),
-                force: false,
+                force: device.force,
             },
             ("vf", None, Some(address)) => {
                 let vf: PciAddress = address.parse()?;
@@ -181,6 +181,7 @@ impl Engine {
                 ..Scheduling::default()
             },
             placement: Default::default(),
+            force: device.force,
         };
         let record = self.create_one(&request, Some(new_claim(true, false)))?;
         steps.push(ClaimStep::Created(Box::new(record.clone())));

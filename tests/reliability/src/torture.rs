@@ -302,6 +302,7 @@ fn perform(engine: &Engine, op: &Op) -> Outcome {
                     parent: None,
                     weight: None,
                     pci_address: None,
+                    force: false,
                 }],
             )
             .map(|infos| infos.into_iter().map(|i| i.uuid).collect()),
