@@ -4,6 +4,7 @@
 //! one parent are serialized by a per-parent lock; different parents proceed in parallel.
 //! Every change to what the manager owns is written to the state store before the call returns.
 
+mod cancel;
 mod claims;
 pub mod passthrough;
 mod profiles;
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+pub use self::cancel::CancelToken;
 pub use crate::discovery::names::{NameError, PciAddress};
 pub use crate::discovery::{
     Inventory, MdevDevice, MdevParent, MdevType, NvidiaVfState, SriovPf, VirtualFunction,
@@ -589,6 +591,24 @@ pub enum EngineError {
         /// Why.
         reason: String,
     },
+    /// The operation was cancelled ([`CancelToken`]) before this step.
+    #[error("cancelled before {what}")]
+    Cancelled {
+        /// The step not taken (`binding 0000:41:00.0 to vfio-pci`).
+        what: String,
+    },
+    /// A parent did not appear within the wait the caller allowed
+    /// ([`Engine::wait_for_parent_then`]).
+    #[error("parent {parent} did not appear within {waited:?}")]
+    ParentWaitTimedOut {
+        /// The parent waited for.
+        parent: String,
+        /// How long.
+        waited: Duration,
+        /// The last attempt's failure.
+        #[source]
+        last: Box<EngineError>,
+    },
     /// A step of a batch failed; everything the batch did before was rolled back.
     #[error("{step} failed{}", rollback_note(rollback_failures))]
     Batch {
@@ -626,7 +646,10 @@ impl EngineError {
                 ErrorKind::InUse
             }
             Self::NotOwned { .. } | Self::NotSupported { .. } => ErrorKind::NotSupported,
-            Self::ParentNotReady { .. } | Self::WriteTimedOut { .. } => ErrorKind::TimedOut,
+            Self::ParentNotReady { .. }
+            | Self::WriteTimedOut { .. }
+            | Self::ParentWaitTimedOut { .. } => ErrorKind::TimedOut,
+            Self::Cancelled { .. } => ErrorKind::Cancelled,
             Self::TooManyStuckWrites { .. } => ErrorKind::Busy,
             Self::Sysfs { source, .. } => ErrorKind::from_io(source),
             Self::Discovery(error) => error.kind(),
@@ -653,6 +676,10 @@ pub struct Engine {
     /// Threads inside a batch create: the mdev records they commit are saved once, at the
     /// batch's end (their UUIDs were saved as `pending_creates` before any sysfs write).
     batching: Mutex<HashSet<std::thread::ThreadId>>,
+    /// How many events have been emitted (see [`Engine::event_generation`]).
+    generation: std::sync::atomic::AtomicU64,
+    /// The cancel token (and wait deadline) of the call running on each thread, if any.
+    operations: Mutex<HashMap<std::thread::ThreadId, cancel::OperationContext>>,
 }
 
 /// How often a profile is placed again when its chosen parent filled up meanwhile.
@@ -724,6 +751,8 @@ impl Engine {
             subscribers: Mutex::new(Vec::new()),
             profiles: RwLock::new(profiles),
             batching: Mutex::new(HashSet::new()),
+            generation: std::sync::atomic::AtomicU64::new(0),
+            operations: Mutex::new(HashMap::new()),
         })
     }
 
@@ -749,15 +778,22 @@ impl Engine {
     /// Every instance: known records (active or defined) and unmanaged mdevs on the host
     /// (`owner == None`), sorted by UUID.
     pub fn instances(&self) -> Result<Vec<InstanceInfo>, EngineError> {
+        Ok(self.instances_in(&discovery::discover(self.fs())?))
+    }
+
+    /// [`Engine::instances`] with the unmanaged mdevs taken from `inventory` (a discovery the
+    /// caller has just made) instead of a second discovery.
+    pub fn instances_in(&self, inventory: &Inventory) -> Vec<InstanceInfo> {
         let records: Vec<InstanceRecord> = lock(&self.state).instances.values().cloned().collect();
         let mut infos: Vec<InstanceInfo> = records.iter().map(|r| self.info_of(r)).collect();
-        for mdev in discovery::discover(self.fs())?.mdevs {
-            if !records.iter().any(|r| r.uuid == mdev.uuid) {
-                infos.push(unmanaged_info(&mdev));
+        let known: HashSet<&str> = records.iter().map(|r| r.uuid.as_str()).collect();
+        for mdev in &inventory.mdevs {
+            if !known.contains(mdev.uuid.as_str()) {
+                infos.push(unmanaged_info(mdev));
             }
         }
         infos.sort_by(|a, b| a.uuid.cmp(&b.uuid));
-        Ok(infos)
+        infos
     }
 
     /// One instance by UUID.
@@ -847,8 +883,14 @@ impl Engine {
     ) -> Result<Vec<InstanceInfo>, EngineError> {
         let total = requests.len();
         let mut done: Vec<InstanceRecord> = Vec::new();
+        // One discovery for the whole batch: each step's placement sees it updated with what the
+        // steps before it created (re-reading only the parent that changed).
+        let mut placement_view = None;
         for (index, request) in requests.iter().enumerate() {
-            match self.create_one(request, None) {
+            let created = self
+                .check_cancelled(|| format!("creating {}", describe_target(&request.target)))
+                .and_then(|()| self.create_one_placed(request, None, &mut placement_view));
+            match created {
                 Ok(record) => done.push(record),
                 Err(error) => {
                     let rollback_failures = self.roll_back(&done);
@@ -863,6 +905,15 @@ impl Engine {
                     });
                 }
             }
+        }
+        // A cancel that came during the last step still undoes the whole batch.
+        if let Err(error) = self.check_cancelled(|| "finishing the batch".to_owned()) {
+            let rollback_failures = self.roll_back(&done);
+            return Err(EngineError::Batch {
+                step: format!("creating {total} instance(s)"),
+                source: Box::new(error),
+                rollback_failures,
+            });
         }
         Ok(done.iter().map(|record| self.info_of(record)).collect())
     }
@@ -1411,21 +1462,40 @@ impl Engine {
         ready: impl Fn() -> bool,
     ) -> Result<(), EngineError> {
         let waited = timeout.unwrap_or(self.config.readiness_timeout);
-        let deadline = Instant::now() + waited;
+        let start = Instant::now();
+        // A cancellable call may bound every wait inside it (its caller's wait-for-parent).
+        let deadline = match self.wait_deadline() {
+            Some(outer) => outer.min(start + waited),
+            None => start + waited,
+        };
         loop {
             if ready() {
                 return Ok(());
             }
+            self.check_cancelled(|| format!("{parent} appeared (waiting for {})", path.display()))?;
             let now = Instant::now();
             if now >= deadline {
                 return Err(EngineError::ParentNotReady {
                     parent: parent.to_owned(),
                     path: path.to_owned(),
-                    waited,
+                    waited: now - start,
                 });
             }
-            std::thread::sleep(self.config.poll_interval.min(deadline - now));
+            std::thread::sleep(
+                self.config
+                    .poll_interval
+                    .min(deadline - now)
+                    .min(cancel::CANCEL_SLICE),
+            );
         }
+    }
+
+    /// How many events the engine has emitted so far. A reader that notes it *before* reading
+    /// the engine has seen every change announced up to that count: a subscriber can skip the
+    /// events it covers (the daemon refreshes its objects once for a method's own change
+    /// instead of once more for the change's events).
+    pub fn event_generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Subscribes to engine events.
@@ -1436,6 +1506,9 @@ impl Engine {
     }
 
     pub(crate) fn emit(&self, event: EngineEvent) {
+        // Counted before it is sent, so a subscriber that sees the event also sees the count.
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // A send fails only for a dropped subscription, which is how unsubscribing works.
         lock(&self.subscribers).retain(|subscriber| subscriber.send(event.clone()).is_ok());
     }
@@ -1640,6 +1713,17 @@ impl Engine {
         request: &CreateRequest,
         claim: Option<Claim>,
     ) -> Result<InstanceRecord, EngineError> {
+        self.create_one_placed(request, claim, &mut None)
+    }
+
+    /// [`Engine::create_one`] placing a profile on `view`, the host as a batch's earlier steps
+    /// left it (discovered when `None`, then kept up to date with what this step creates).
+    fn create_one_placed(
+        &self,
+        request: &CreateRequest,
+        claim: Option<Claim>,
+        view: &mut Option<Inventory>,
+    ) -> Result<InstanceRecord, EngineError> {
         let uuid = match &request.uuid {
             Some(text) => names::parse_uuid(text)?,
             None => uuid::Uuid::new_v4(),
@@ -1672,8 +1756,20 @@ impl Engine {
             let mut scheduling = request.scheduling;
             let (target, profile) = match &request.target {
                 CreateTarget::Profile { profile, parent } => {
-                    let resolved =
-                        self.resolve_profile(profile, parent.as_deref(), request.placement)?;
+                    if view.is_none() {
+                        *view = Some(self.inventory()?);
+                    }
+                    let inventory = view.as_ref().ok_or_else(|| EngineError::InvalidArgument {
+                        what: "placement",
+                        value: profile.clone(),
+                        reason: "no host view to place on".into(),
+                    })?;
+                    let resolved = self.resolve_profile(
+                        profile,
+                        parent.as_deref(),
+                        request.placement,
+                        inventory,
+                    )?;
                     scheduling.weight = scheduling.weight.or(Some(resolved.default_weight));
                     scheduling.min_share = scheduling.min_share.or(resolved.compute_shares.0);
                     scheduling.max_share = scheduling.max_share.or(resolved.compute_shares.1);
@@ -1703,7 +1799,9 @@ impl Engine {
                 vf: None,
                 previous_driver: None,
             };
-            match self.create_target(&target, &uuid, record, &request.attributes) {
+            let created = self.create_target(&target, &uuid, record, &request.attributes);
+            self.update_placement_view(view, &target, &created);
+            match created {
                 Err(error) if error.kind() == ErrorKind::NoCapacity && attempt < attempts => {
                     attempt += 1
                 }
@@ -1754,6 +1852,7 @@ impl Engine {
                 let _serialized = lock(&parent_lock);
                 self.admit_at_create(&pf.to_string(), &key, &record.scheduling)?;
                 let chosen = self.pick_free_vf(pf, wanted)?;
+                self.check_cancelled(|| format!("binding VF {chosen} to vfio-pci"))?;
                 record.kind = InstanceKind::Vf;
                 record.parent = pf.to_string();
                 record.type_id = lifecycle::VFIO_PCI.to_owned();
@@ -1922,16 +2021,56 @@ impl Engine {
             })
     }
 
+    /// Brings a batch's host view in line after one create: an mdev's parent is re-read (its
+    /// types' `available_instances` moved) and the new mdev listed; any other outcome (a VF
+    /// bound, a failure that may mean another caller took the room) drops the view, so the
+    /// next step discovers afresh.
+    fn update_placement_view(
+        &self,
+        view: &mut Option<Inventory>,
+        target: &CreateTarget,
+        created: &Result<InstanceRecord, EngineError>,
+    ) {
+        let (Some(inventory), CreateTarget::Mdev { parent, .. }, Ok(record)) =
+            (view.as_mut(), target, created)
+        else {
+            *view = None;
+            return;
+        };
+        let Ok(Some(fresh)) = discovery::read_mdev_parent(self.fs(), parent) else {
+            *view = None;
+            return;
+        };
+        match inventory
+            .mdev_parents
+            .iter_mut()
+            .find(|p| &p.name == parent)
+        {
+            Some(slot) => *slot = fresh,
+            None => {
+                *view = None;
+                return;
+            }
+        }
+        inventory.mdevs.push(MdevDevice {
+            uuid: record.uuid.clone(),
+            parent: record.parent.clone(),
+            type_id: record.type_id.clone(),
+            iommu_group: None,
+            vfio_device: None,
+        });
+    }
+
     fn resolve_profile(
         &self,
         profile: &str,
         parent: Option<&str>,
         placement: PlacementRequest,
+        inventory: &Inventory,
     ) -> Result<profiles::Resolved, EngineError> {
         if let Some(parent) = parent {
             names::check_sysfs_name("parent", parent)?;
         }
-        let inventory = self.inventory()?;
         let taken: Vec<PciAddress> = lock(&self.state)
             .instances
             .values()
@@ -1954,7 +2093,7 @@ impl Engine {
         profiles.resolve(
             profile,
             &options,
-            &inventory,
+            inventory,
             &taken,
             &self.config.nvidia_mixed_mode_parents,
         )

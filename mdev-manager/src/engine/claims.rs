@@ -30,7 +30,12 @@ impl Engine {
         let mut steps: Vec<ClaimStep> = Vec::new();
         let mut claimed_uuids: Vec<String> = Vec::new();
         for (index, device) in devices.iter().enumerate() {
-            match self.claim_one(domain, &domain_uuid, device, &claimed_uuids, &mut steps) {
+            let claimed = self
+                .check_cancelled(|| format!("claiming {}", describe_device(device)))
+                .and_then(|()| {
+                    self.claim_one(domain, &domain_uuid, device, &claimed_uuids, &mut steps)
+                });
+            match claimed {
                 Ok(uuid) => claimed_uuids.push(uuid),
                 Err(error) => {
                     let rollback_failures = self.undo_claim(steps);
@@ -46,6 +51,21 @@ impl Engine {
                     });
                 }
             }
+        }
+        // A cancel that came during the last device still undoes the whole claim.
+        if let Err(error) =
+            self.check_cancelled(|| format!("finishing the claim of domain {}", domain.name))
+        {
+            let rollback_failures = self.undo_claim(steps);
+            return Err(EngineError::Batch {
+                step: format!(
+                    "claiming {} device(s) for domain {}",
+                    devices.len(),
+                    domain.name
+                ),
+                source: Box::new(error),
+                rollback_failures,
+            });
         }
         claimed_uuids
             .iter()

@@ -438,7 +438,10 @@ impl Engine {
             if member.previous_driver.as_deref() == Some(VFIO_PCI) {
                 continue;
             }
-            if let Err(error) = self.host.bind_vfio(member.address) {
+            let bound = self
+                .check_cancelled(|| format!("binding {} to vfio-pci", member.address))
+                .and_then(|()| self.host.bind_vfio(member.address).map(drop));
+            if let Err(error) = bound {
                 let rollback_failures = self.return_members(&binding.members[..index]);
                 self.forget_binding(&record.uuid, rollback_failures.is_empty(), true);
                 return Err(PassthroughError::BindFailed {
