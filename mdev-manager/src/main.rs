@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use mdev_manager::daemon::auth::{Authorizer, Polkit};
 use mdev_manager::daemon::Service;
-use mdev_manager::engine::{DiskFiles, Engine, EngineConfig};
+use mdev_manager::engine::{DiskFiles, Engine, EngineConfig, PciAddress, PlacementRequest};
 use mdev_manager::host::{HostFs, RealFs};
 use serde::Deserialize;
 
@@ -74,6 +74,57 @@ struct ConfigFile {
     readiness_timeout_ms: Option<u64>,
     write_timeout_ms: Option<u64>,
     log: Option<String>,
+    /// Default placement of a create that says none: `pack` or `spread`.
+    placement: Option<String>,
+    /// Default preferred NUMA node of a create that names none.
+    numa_node: Option<i64>,
+    /// With `numa_node`: accept only parents on it.
+    numa_strict: Option<bool>,
+    /// NVIDIA GPUs (PCI addresses) whose mixed-size vGPU mode the administrator turned on.
+    nvidia_mixed_mode: Option<Vec<String>>,
+}
+
+impl ConfigFile {
+    /// The placement defaults and the mixed-mode parents, checked: a bad value names the file
+    /// (`path`), the key and the value, and the service does not start.
+    fn placement_settings(&self, path: &Path) -> Result<(PlacementRequest, Vec<String>)> {
+        let file = path.display();
+        let policy = match self.placement.as_deref() {
+            None => None,
+            Some(value) => Some(
+                mdev_manager::daemon::options::parse_policy(value).with_context(|| {
+                    format!("config file {file}: placement = {value:?}: expected \"pack\" or \"spread\"")
+                })?,
+            ),
+        };
+        let numa_node = self
+            .numa_node
+            .map(|node| {
+                u32::try_from(node).with_context(|| {
+                    format!("config file {file}: numa_node = {node}: expected a NUMA node number (0 or more)")
+                })
+            })
+            .transpose()?;
+        if self.numa_strict == Some(true) && numa_node.is_none() {
+            bail!("config file {file}: numa_strict = true needs numa_node (the node to be strict about)");
+        }
+        let mut mixed = Vec::new();
+        for value in self.nvidia_mixed_mode.iter().flatten() {
+            let address: PciAddress = value.parse().with_context(|| {
+                format!("config file {file}: nvidia_mixed_mode entry {value:?}: expected a PCI address such as \"0000:3b:00.0\"")
+            })?;
+            let address = address.to_string();
+            if !mixed.contains(&address) {
+                mixed.push(address);
+            }
+        }
+        let placement = PlacementRequest {
+            policy,
+            numa_node,
+            numa_strict: self.numa_strict.unwrap_or(false),
+        };
+        Ok((placement, mixed))
+    }
 }
 
 fn init_logging(level: Option<&str>) {
@@ -97,7 +148,8 @@ fn init_logging(level: Option<&str>) {
         .init();
 }
 
-fn read_config(cli: &Cli) -> Result<ConfigFile> {
+/// The config file and the path it was read from (for messages).
+fn read_config(cli: &Cli) -> Result<(ConfigFile, PathBuf)> {
     let explicit = cli.config.is_some();
     let host_path = cli
         .config
@@ -106,15 +158,16 @@ fn read_config(cli: &Cli) -> Result<ConfigFile> {
     let path = RealFs::new(&cli.root)
         .resolve(&host_path)
         .with_context(|| format!("config path {}", host_path.display()))?;
-    match std::fs::read_to_string(&path) {
+    let config = match std::fs::read_to_string(&path) {
         Ok(text) => {
-            toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
+            toml::from_str(&text).with_context(|| format!("config file {}", path.display()))?
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
-            Ok(ConfigFile::default())
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => ConfigFile::default(),
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot read config file {}", path.display()))
         }
-        Err(e) => Err(e).with_context(|| format!("cannot read config file {}", path.display())),
-    }
+    };
+    Ok((config, path))
 }
 
 /// The host to work on, the features to publish, and the simulated host when there is one.
@@ -155,7 +208,8 @@ async fn main() -> Result<()> {
     if let Some(dir) = &cli.generate_man {
         return write_man_page(dir);
     }
-    let config = read_config(&cli)?;
+    let (config, config_path) = read_config(&cli)?;
+    let (placement, mixed_mode_parents) = config.placement_settings(&config_path)?;
     init_logging(config.log.as_deref());
 
     let (host, features, sim) = open_host(&cli)?;
@@ -175,6 +229,8 @@ async fn main() -> Result<()> {
     if let Some(ms) = config.write_timeout_ms {
         engine_config.write_timeout = std::time::Duration::from_millis(ms);
     }
+    engine_config.placement = placement;
+    engine_config.nvidia_mixed_mode_parents = mixed_mode_parents;
     match (&cli.state_dir, &sim) {
         (Some(dir), _) => engine_config.state_dir = dir.clone(),
         (None, Some(_)) if config.state_dir.is_none() => {
@@ -272,4 +328,64 @@ async fn main() -> Result<()> {
     drop(connection);
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mdev_manager::engine::PlacementPolicy;
+
+    fn settings(text: &str) -> Result<(PlacementRequest, Vec<String>)> {
+        let config: ConfigFile = toml::from_str(text)?;
+        config.placement_settings(Path::new("/etc/mdev-manager/mdev-manager.toml"))
+    }
+
+    #[test]
+    fn placement_keys_become_the_engine_defaults() {
+        let (placement, mixed) = settings(
+            "placement = \"spread\"\nnuma_node = 1\nnuma_strict = true\n\
+             nvidia_mixed_mode = [\"0000:3B:00.0\", \"0000:5e:00.0\", \"0000:3b:00.0\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            placement,
+            PlacementRequest {
+                policy: Some(PlacementPolicy::Spread),
+                numa_node: Some(1),
+                numa_strict: true,
+            }
+        );
+        assert_eq!(mixed, ["0000:3b:00.0", "0000:5e:00.0"]);
+        let (placement, mixed) = settings("").unwrap();
+        assert_eq!(placement, PlacementRequest::default());
+        assert!(mixed.is_empty());
+    }
+
+    #[test]
+    fn bad_values_name_the_file_key_and_value() {
+        let cases = [
+            ("placement = \"spred\"", "placement", "spred"),
+            ("placement = \"Pack\"", "placement", "Pack"),
+            ("numa_node = -1", "numa_node", "-1"),
+            ("numa_strict = true", "numa_strict", "numa_node"),
+            (
+                "nvidia_mixed_mode = [\"0000:3b:00.0\", \"3b:00.0\"]",
+                "nvidia_mixed_mode",
+                "3b:00.0",
+            ),
+        ];
+        for (text, key, value) in cases {
+            let error = format!("{:#}", settings(text).unwrap_err());
+            assert!(
+                error.contains("/etc/mdev-manager/mdev-manager.toml"),
+                "{error}"
+            );
+            assert!(error.contains(key), "{error}");
+            assert!(error.contains(value), "{error}");
+        }
+        // Unknown keys and wrong types are refused by the parser itself.
+        assert!(toml::from_str::<ConfigFile>("placment = \"pack\"").is_err());
+        assert!(toml::from_str::<ConfigFile>("numa_strict = \"yes\"").is_err());
+        assert!(toml::from_str::<ConfigFile>("nvidia_mixed_mode = \"0000:3b:00.0\"").is_err());
+    }
 }
