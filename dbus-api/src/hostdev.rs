@@ -99,31 +99,52 @@ pub fn pci_hostdev_xml(address: &str) -> Result<String, BadPciAddress> {
     ))
 }
 
-/// The `<hostdev>` element for an instance the service reports: mdev by UUID, VF or
-/// pass-through GPU as an unmanaged PCI hostdev (for a pass-through, the service owns the
-/// binding of its whole IOMMU group). `display` applies to mdevs only.
-pub fn hostdev_xml(
+/// The `<hostdev>` elements for an instance the service reports, one per device the guest
+/// gets: an mdev by UUID; a VF as an unmanaged PCI hostdev; a pass-through as one unmanaged PCI
+/// hostdev per function of the GPU's IOMMU group the service bound (`GroupMembers`: the GPU
+/// and e.g. its HDMI audio function, never bridges; just the GPU when the list is empty, as
+/// from an older service). `display` applies to mdevs only. `virsh attach-device` and
+/// `detach-device` take one element at a time.
+pub fn hostdev_elements(
     instance: &InstanceRecord,
     display: MdevDisplay,
-) -> Result<String, HostdevError> {
+) -> Result<Vec<String>, HostdevError> {
+    let pci = |address: &str| {
+        pci_hostdev_xml(address).map_err(|source| HostdevError::BadPciAddress {
+            object: instance.object.clone(),
+            source,
+        })
+    };
     match instance.kind.as_str() {
-        instance_kind::MDEV => {
-            mdev_hostdev_xml(&instance.uuid, display).map_err(|source| HostdevError::BadUuid {
+        instance_kind::MDEV => mdev_hostdev_xml(&instance.uuid, display)
+            .map(|xml| vec![xml])
+            .map_err(|source| HostdevError::BadUuid {
                 object: instance.object.clone(),
                 source,
-            })
+            }),
+        instance_kind::VF | instance_kind::NVIDIA_VF => Ok(vec![pci(&instance.pci_address)?]),
+        instance_kind::PASSTHROUGH if instance.group_members.is_empty() => {
+            Ok(vec![pci(&instance.pci_address)?])
         }
-        instance_kind::VF | instance_kind::NVIDIA_VF | instance_kind::PASSTHROUGH => {
-            pci_hostdev_xml(&instance.pci_address).map_err(|source| HostdevError::BadPciAddress {
-                object: instance.object.clone(),
-                source,
-            })
-        }
+        instance_kind::PASSTHROUGH => instance
+            .group_members
+            .iter()
+            .map(|address| pci(address))
+            .collect(),
         other => Err(HostdevError::UnknownKind {
             object: instance.object.clone(),
             kind: other.to_string(),
         }),
     }
+}
+
+/// [`hostdev_elements`] as one text, the elements one after the other (what `vgpuctl xml`
+/// prints, to paste into a domain's `<devices>`).
+pub fn hostdev_xml(
+    instance: &InstanceRecord,
+    display: MdevDisplay,
+) -> Result<String, HostdevError> {
+    Ok(hostdev_elements(instance, display)?.concat())
 }
 
 /// PCI vendor ID of NVIDIA, whose vGPU manager identifies a guest by the VM's UUID.
@@ -140,21 +161,22 @@ pub struct QemuArgs {
 }
 
 /// `-device vfio-pci,...` for an instance: an mdev by its sysfs device directory, a VF or a
-/// pass-through GPU by its PCI address. `parent_vendor` is the parent's PCI vendor ID when
+/// pass-through GPU by its PCI address (a pass-through: one `-device` per bound function of its
+/// IOMMU group, `GroupMembers`). `parent_vendor` is the parent's PCI vendor ID when
 /// known (it decides [`QemuArgs::needs_vm_uuid`] for mdevs and VFs of an NVIDIA GPU).
 pub fn qemu_args(
     instance: &InstanceRecord,
     parent_vendor: Option<u16>,
 ) -> Result<QemuArgs, HostdevError> {
     let nvidia = parent_vendor == Some(NVIDIA_VENDOR_ID);
-    let (device, needs_vm_uuid) = match instance.kind.as_str() {
+    let (devices, needs_vm_uuid) = match instance.kind.as_str() {
         instance_kind::MDEV => {
             let uuid = canonical_uuid(&instance.uuid).map_err(|source| HostdevError::BadUuid {
                 object: instance.object.clone(),
                 source,
             })?;
             (
-                format!("vfio-pci,sysfsdev=/sys/bus/mdev/devices/{uuid}"),
+                vec![format!("vfio-pci,sysfsdev=/sys/bus/mdev/devices/{uuid}")],
                 nvidia,
             )
         }
@@ -163,19 +185,31 @@ pub fn qemu_args(
                 object: instance.object.clone(),
                 source,
             };
-            let (domain, bus, slot, function) = parse_pci_address(&instance.pci_address)
-                .ok_or_else(|| {
-                    bad(BadPciAddress {
-                        address: instance.pci_address.clone(),
-                    })
-                })?;
+            let addresses = if instance.kind == instance_kind::PASSTHROUGH
+                && !instance.group_members.is_empty()
+            {
+                instance.group_members.as_slice()
+            } else {
+                std::slice::from_ref(&instance.pci_address)
+            };
+            let devices = addresses
+                .iter()
+                .map(|address| {
+                    let (domain, bus, slot, function) =
+                        parse_pci_address(address).ok_or_else(|| {
+                            bad(BadPciAddress {
+                                address: address.clone(),
+                            })
+                        })?;
+                    Ok(format!(
+                        "vfio-pci,host={domain:04x}:{bus:02x}:{slot:02x}.{function:x}"
+                    ))
+                })
+                .collect::<Result<Vec<_>, HostdevError>>()?;
             // A whole GPU passed through runs NVIDIA's ordinary guest driver, no vGPU manager.
             let vgpu = instance.kind == instance_kind::NVIDIA_VF
                 || (nvidia && instance.kind == instance_kind::VF);
-            (
-                format!("vfio-pci,host={domain:04x}:{bus:02x}:{slot:02x}.{function:x}"),
-                vgpu,
-            )
+            (devices, vgpu)
         }
         other => {
             return Err(HostdevError::UnknownKind {
@@ -185,7 +219,10 @@ pub fn qemu_args(
         }
     };
     Ok(QemuArgs {
-        args: vec!["-device".into(), device],
+        args: devices
+            .into_iter()
+            .flat_map(|device| ["-device".to_string(), device])
+            .collect(),
         needs_vm_uuid,
     })
 }
@@ -274,6 +311,7 @@ mod tests {
             holder_uuid: String::new(),
             iommu_group: 5,
             weight: 0,
+            group_members: Vec::new(),
         }
     }
 
@@ -314,6 +352,32 @@ mod tests {
     }
 
     #[test]
+    fn passthrough_gives_one_unmanaged_hostdev_per_bound_function() {
+        let mut gpu = record("passthrough", "", "0000:41:00.0");
+        gpu.group_members = vec!["0000:41:00.0".into(), "0000:41:00.1".into()];
+        let elements = hostdev_elements(&gpu, MdevDisplay::default()).unwrap();
+        assert_eq!(elements.len(), 2);
+        for element in &elements {
+            assert!(element.starts_with("<hostdev mode='subsystem' type='pci' managed='no'>"));
+            assert_eq!(element.matches("<hostdev").count(), 1, "{element}");
+        }
+        assert!(elements[1].contains("bus='0x41' slot='0x00' function='0x1'"));
+        let xml = hostdev_xml(&gpu, MdevDisplay::default()).unwrap();
+        assert_eq!(xml, elements.concat());
+        assert!(!xml.contains("managed='yes'"));
+        assert_golden("hostdev-passthrough-group.xml", &xml);
+
+        // A member list that is not addresses is refused naming the object and the value.
+        gpu.group_members.push("0000:41:00.1'/><x".into());
+        let error = hostdev_xml(&gpu, MdevDisplay::default()).unwrap_err();
+        let HostdevError::BadPciAddress { object, source } = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(object, "/o");
+        assert_eq!(source.address, "0000:41:00.1'/><x");
+    }
+
+    #[test]
     fn qemu_args_per_kind() {
         let mdev = qemu_args(&record("mdev", SAMPLE_UUID, ""), Some(NVIDIA_VENDOR_ID)).unwrap();
         assert_eq!(
@@ -336,6 +400,17 @@ mod tests {
         .unwrap();
         assert_eq!(gpu.args, ["-device", "vfio-pci,host=0000:41:00.0"]);
         assert!(!gpu.needs_vm_uuid, "a whole GPU has no vGPU manager");
+        let mut group = record("passthrough", "", "0000:41:00.0");
+        group.group_members = vec!["0000:41:00.0".into(), "0000:41:00.1".into()];
+        assert_eq!(
+            qemu_args(&group, None).unwrap().args,
+            [
+                "-device",
+                "vfio-pci,host=0000:41:00.0",
+                "-device",
+                "vfio-pci,host=0000:41:00.1"
+            ]
+        );
         assert!(matches!(
             qemu_args(&record("vf", "", "0000:3b:00.4,x=1"), None),
             Err(HostdevError::BadPciAddress { .. })

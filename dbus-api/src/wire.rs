@@ -43,6 +43,18 @@ impl<'a> Props<'a> {
             })
     }
 
+    /// A property newer services publish: absent is its default, a wrong type an error.
+    fn get_or_default<T>(&self, property: &'static str) -> Result<T, PropertyError>
+    where
+        T: TryFrom<OwnedVariant> + Default,
+    {
+        if self.map.contains_key(property) {
+            self.get(property)
+        } else {
+            Ok(T::default())
+        }
+    }
+
     fn paths(&self, property: &'static str) -> Result<Vec<String>, PropertyError> {
         let paths: Vec<OwnedObjectPath> = self.get(property)?;
         Ok(paths.into_iter().map(|p| p.as_str().to_string()).collect())
@@ -206,6 +218,10 @@ pub struct InstanceRecord {
     pub iommu_group: i32,
     /// Scheduling weight, 0 when unset.
     pub weight: u32,
+    /// Pass-through: the functions of the GPU's IOMMU group the service bound to `vfio-pci`
+    /// (GPU first, no bridges); empty for the other kinds, and from a service older than the
+    /// `GroupMembers` property.
+    pub group_members: Vec<String>,
 }
 
 impl InstanceRecord {
@@ -232,6 +248,7 @@ impl InstanceRecord {
             holder_uuid: p.get("HolderUuid")?,
             iommu_group: p.get("IommuGroup")?,
             weight: p.get("Weight")?,
+            group_members: p.get_or_default("GroupMembers")?,
         })
     }
 }

@@ -978,3 +978,10 @@ impl JobIface {
         message: &str,
     ) -> zbus::Result<()>;
 }
+    /// Pass-through: the members of the GPU's IOMMU group the service bound to `vfio-pci`
+    /// (the GPU and its card's other functions, not bridges), sorted by address; empty for the
+    /// other kinds and while no group is bound.
+    #[zbus(property)]
+    fn group_members(&self) -> Vec<String> {
+        self.data().group_members.clone()
+    }

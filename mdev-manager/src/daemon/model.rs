@@ -165,6 +165,9 @@ pub struct InstanceData {
     pub iommu_group: i32,
     /// Scheduling weight, 0 when unset.
     pub weight: u32,
+    /// Pass-through: the members of the GPU's IOMMU group the service bound to `vfio-pci`
+    /// (the GPU and its card's other functions, never bridges), by address; empty otherwise.
+    pub group_members: Vec<String>,
     /// The other scheduling properties.
     pub schedule: super::schedule::InstanceScheduleData,
 }
@@ -187,6 +190,7 @@ impl Properties for InstanceData {
             ("HolderUuid", Variant::from(self.holder_uuid.clone())),
             ("IommuGroup", Variant::from(self.iommu_group)),
             ("Weight", Variant::from(self.weight)),
+            ("GroupMembers", Variant::from(self.group_members.clone())),
         ]
         .into_iter()
         .chain(self.schedule.properties())
@@ -235,6 +239,7 @@ impl Model {
         let profiles = engine.profiles();
         let mut model = Self::build(&inventory, &instances, &profiles);
         super::schedule::fill(&mut model, engine, &inventory);
+        fill_group_members(&mut model, engine);
         Ok(model)
     }
 
@@ -348,6 +353,22 @@ impl Model {
     }
 }
 
+/// `GroupMembers` of the pass-through instances, from their group bindings (sorted by address,
+/// so the GPU's function 0 comes first).
+fn fill_group_members(model: &mut Model, engine: &Engine) {
+    for data in model.instances.values_mut() {
+        if data.kind != dbus_api::names::instance_kind::PASSTHROUGH {
+            continue;
+        }
+        let mut members: Vec<_> = engine
+            .passthrough_binding(&data.uuid)
+            .map(|binding| binding.members.iter().map(|m| m.address).collect())
+            .unwrap_or_default();
+        members.sort();
+        data.group_members = members.iter().map(ToString::to_string).collect();
+    }
+}
+
 fn instance_data(info: &InstanceInfo) -> InstanceData {
     use crate::engine::Owner;
     InstanceData {
@@ -382,6 +403,7 @@ fn instance_data(info: &InstanceInfo) -> InstanceData {
             .and_then(|g| i32::try_from(g).ok())
             .unwrap_or(-1),
         weight: info.scheduling.weight.unwrap_or(0),
+        group_members: Vec::new(),
         schedule: Default::default(),
     }
 }

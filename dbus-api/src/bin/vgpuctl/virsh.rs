@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::process::Command;
 
-use dbus_api::hostdev::{hostdev_xml, MdevDisplay};
+use dbus_api::hostdev::{hostdev_elements, hostdev_xml, MdevDisplay};
 use dbus_api::names::{device_key, option};
 use dbus_api::proxy::ManagerProxy;
 use dbus_api::wire::InstanceRecord;
@@ -159,9 +159,12 @@ pub async fn detach(
             ),
         ));
     }
-    let xml = hostdev_xml(record, MdevDisplay::default())
+    // A pass-through has one <hostdev> per bound function; virsh takes one at a time.
+    let elements = hostdev_elements(record, MdevDisplay::default())
         .map_err(|e| failure(ErrorKind::NotSupported, error_chain(&e)))?;
-    change_device("detach-device", domain, &xml, scope)?;
+    for xml in &elements {
+        change_device("detach-device", domain, xml, scope)?;
+    }
     // The domain's claim is what keeps Destroy from removing it; the device is gone from the
     // domain now, so the claim is stale.
     options.insert(option::FORCE, Variant::from(true));
