@@ -75,6 +75,9 @@ pub mod option {
     pub const AUTOSTART: &str = "autostart";
     /// `u`: scheduling weight for the new instances.
     pub const WEIGHT: &str = "weight";
+    /// `u`: seconds a job may wait for its parent to appear (`StartCreateInstances`,
+    /// `StartPrepareDomain`).
+    pub const WAIT_FOR_PARENT: &str = "wait-for-parent";
     /// `b`: act even though the instance is held by a VM; on `CreateInstances`, take a
     /// pass-through GPU's IOMMU group although a member serves the host (action `force`).
     pub const FORCE: &str = "force";

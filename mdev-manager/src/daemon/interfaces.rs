@@ -14,8 +14,10 @@ use zbus::{interface, Connection, ObjectPath, OwnedObjectPath, OwnedVariant};
 use super::auth::AuthRequest;
 use super::model::{InstanceData, ParentData, ProfileData, Shared, SriovData, TypeData};
 use super::options::CallOptions;
-use super::Service;
-use crate::engine::{CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef};
+use super::{JobOutcome, JobSpec, Service};
+use crate::engine::{
+    CancelToken, CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef,
+};
 
 /// Largest `count` accepted by `CreateInstances` (no GPU offers more instances).
 const MAX_COUNT: u32 = 256;
@@ -102,74 +104,9 @@ impl ManagerIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<Vec<OwnedObjectPath>, BusError> {
-        let options = CallOptions::parse(
-            "CreateInstances",
-            options,
-            &[
-                option::PARENT,
-                option::UUID,
-                option::COUNT,
-                option::AUTOSTART,
-                option::WEIGHT,
-                option::PLACEMENT,
-                option::NUMA_NODE,
-                option::NUMA_STRICT,
-                option::FORCE,
-            ],
-        )?;
-        let parent = options.string(option::PARENT)?;
-        let placement = options.placement()?;
-        let force = options.boolean(option::FORCE)?.unwrap_or(false);
-        let uuid = options.string(option::UUID)?;
-        let count = options.unsigned(option::COUNT)?.unwrap_or(1);
-        let autostart = options.boolean(option::AUTOSTART)?.unwrap_or(false);
-        let weight = options.unsigned(option::WEIGHT)?;
-        if count == 0 || count > MAX_COUNT {
-            return Err(BusError::InvalidArgs(format!(
-                "CreateInstances: count {count} for profile {profile} is outside 1..={MAX_COUNT}"
-            )));
-        }
-        if count > 1 && uuid.is_some() {
-            return Err(BusError::InvalidArgs(format!(
-                "CreateInstances: option uuid names one instance but count is {count}"
-            )));
-        }
-        let no_interaction = options.no_user_interaction()?;
-        let mut request = AuthRequest::new(action::MANAGE_INSTANCES, &header, no_interaction)
-            .detail("verb", "create")
-            .detail("profile", profile.clone());
-        if let Some(parent) = &parent {
-            request = request.detail("parent", parent.clone());
-        }
-        self.service.authorizer.check(request).await?;
-        if autostart {
-            let request = AuthRequest::new(action::MANAGE_PERSISTENT, &header, no_interaction)
-                .detail("verb", "create-autostart")
-                .detail("profile", profile.clone());
-            self.service.authorizer.check(request).await?;
-        }
-        if force {
-            let request = AuthRequest::new(action::FORCE, &header, no_interaction)
-                .detail("verb", "create-force")
-                .detail("profile", profile.clone());
-            self.service.authorizer.check(request).await?;
-        }
-
-        let requests: Vec<CreateRequest> = (0..count)
-            .map(|_| {
-                let mut request = CreateRequest::new(CreateTarget::Profile {
-                    profile: profile.clone(),
-                    parent: parent.clone(),
-                });
-                request.uuid = uuid.clone();
-                request.autostart = autostart;
-                request.persistent = autostart;
-                request.scheduling.weight = weight;
-                request.placement = placement;
-                request.force = force;
-                request
-            })
-            .collect();
+        let (requests, _) = self
+            .create_requests("CreateInstances", &profile, options, &header, &[])
+            .await?;
         let created = self
             .service
             .call(move |engine| engine.create_batch(requests))
@@ -179,6 +116,41 @@ impl ManagerIface {
             .iter()
             .map(|info| dbus_api::path::mdev_instance_path(&info.uuid))
             .collect())
+    }
+
+    /// Destroys several instances with one state save. Every UUID is checked before anything
+    /// is removed: one that is unknown, claimed or not the service's (without `force b`) fails
+    /// the call naming it and nothing is destroyed. Polkit action as `Instance.Destroy`.
+    async fn destroy_instances(
+        &self,
+        uuids: Vec<String>,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        let options = CallOptions::parse("DestroyInstances", options, &[option::FORCE])?;
+        let force = options.boolean(option::FORCE)?.unwrap_or(false);
+        if uuids.is_empty() {
+            return Err(BusError::InvalidArgs(
+                "DestroyInstances: no UUIDs given".to_string(),
+            ));
+        }
+        let request = AuthRequest::new(
+            action::MANAGE_INSTANCES,
+            &header,
+            options.no_user_interaction()?,
+        )
+        .detail("verb", "destroy")
+        .detail("uuid", uuids.join(","))
+        .detail("count", uuids.len().to_string());
+        self.service.authorizer.check(request).await?;
+        let destroyed = self
+            .service
+            .call(move |engine| engine.destroy_batch(&uuids, DestroyOptions { force }))
+            .await;
+        // Refreshed also after a failure part-way: what was removed before it is gone.
+        self.service.refresh(connection).await;
+        destroyed
     }
 
     /// Claims every device `devices` describes for the domain, all or nothing.
@@ -192,19 +164,16 @@ impl ManagerIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<Vec<OwnedObjectPath>, BusError> {
-        let options = CallOptions::parse("PrepareDomain", options, &[])?;
-        let devices = parse_devices("PrepareDomain", devices)?;
-        let no_interaction = options.no_user_interaction()?;
-        let request = AuthRequest::new(action::ASSIGN, &header, no_interaction)
-            .detail("verb", "prepare")
-            .detail("domain", domain_name.clone());
-        self.service.authorizer.check(request).await?;
-        if devices.iter().any(|device| device.force) {
-            let request = AuthRequest::new(action::FORCE, &header, no_interaction)
-                .detail("verb", "prepare-force")
-                .detail("domain", domain_name.clone());
-            self.service.authorizer.check(request).await?;
-        }
+        let (devices, _) = self
+            .prepare_requests(
+                "PrepareDomain",
+                &domain_name,
+                devices,
+                options,
+                &header,
+                &[],
+            )
+            .await?;
         let domain = DomainRef {
             name: domain_name,
             uuid: domain_uuid,
@@ -316,6 +285,197 @@ impl ManagerIface {
             .await
     }
 
+    /// Every instance in one reply, read from the exported objects (what `GetManagedObjects`
+    /// holds, without the walk); sorted by parent then UUID. No options yet.
+    #[zbus(out_args("instances"))]
+    async fn list_instances(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+    ) -> Result<Vec<dbus_api::wire::InstanceEntry>, BusError> {
+        CallOptions::parse("ListInstances", options, &[])?;
+        Ok(self.service.listing().await.instances.clone())
+    }
+
+    /// Every mdev type in one reply, sorted by parent then id; option `parent s` keeps one
+    /// parent's types (`NotFound` when there is no such parent).
+    #[zbus(out_args("types"))]
+    async fn list_types(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+    ) -> Result<Vec<dbus_api::wire::TypeEntry>, BusError> {
+        let options = CallOptions::parse("ListTypes", options, &[option::PARENT])?;
+        let parent = options.string(option::PARENT)?;
+        let listing = self.service.listing().await;
+        let Some(parent) = parent else {
+            return Ok(listing.types.clone());
+        };
+        let Some(name) = listing
+            .parents
+            .iter()
+            .find(|name| name.eq_ignore_ascii_case(&parent))
+        else {
+            return Err(BusError::NotFound(format!("ListTypes: no parent {parent}")));
+        };
+        Ok(listing
+            .types
+            .iter()
+            .filter(|t| &t.parent_name == name)
+            .cloned()
+            .collect())
+    }
+
+    /// `CreateInstances` as a Job: returns the Job at once; `Job.ResultObjects` lists the
+    /// instances once it succeeds. Same options, plus `wait-for-parent u` (seconds, 1..=3600):
+    /// while the parent is not there yet (VFs being enabled, a driver loading), wait for it
+    /// and create once it appears, or fail with `TimedOut` naming the parent. Cancelable.
+    #[zbus(out_args("job"))]
+    async fn start_create_instances(
+        &self,
+        profile: String,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, BusError> {
+        const METHOD: &str = "StartCreateInstances";
+        let (requests, options) = self
+            .create_requests(
+                METHOD,
+                &profile,
+                options,
+                &header,
+                &[option::WAIT_FOR_PARENT],
+            )
+            .await?;
+        let wait = wait_for_parent(METHOD, &options)?;
+        let parent = options.string(option::PARENT)?;
+        let mut objects = vec![dbus_api::path::profile_path(&profile)];
+        let mut details = vec![("verb", "create".to_owned()), ("profile", profile.clone())];
+        if let Some(parent) = parent {
+            objects.push(dbus_api::path::parent_path(&parent));
+            details.push(("parent", parent));
+        }
+        let spec = JobSpec {
+            operation: "create-instances",
+            objects,
+            started_by_uid: self.service.caller_uid(connection, &header).await,
+            cancel_action: Some(action::MANAGE_INSTANCES),
+            details,
+        };
+        self.service
+            .start_job(connection, spec, move |engine, token| {
+                let created = match wait {
+                    Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
+                        engine.create_batch(requests.clone())
+                    }),
+                    None => engine.cancellable(token, || engine.create_batch(requests)),
+                }?;
+                Ok(instances_outcome("created", &created))
+            })
+            .await
+    }
+
+    /// `PrepareDomain` as a Job (for claims that bind VFs or whole GPUs to `vfio-pci`, or wait
+    /// for a parent): returns the Job at once; `Job.ResultObjects` lists the claimed instances.
+    /// Option `wait-for-parent u` as for `StartCreateInstances`. Cancelable: a cancelled claim
+    /// is undone (devices back on their drivers, nothing created).
+    #[zbus(out_args("job"))]
+    async fn start_prepare_domain(
+        &self,
+        domain_name: String,
+        domain_uuid: String,
+        devices: Vec<HashMap<String, OwnedVariant>>,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, BusError> {
+        const METHOD: &str = "StartPrepareDomain";
+        let (devices, options) = self
+            .prepare_requests(
+                METHOD,
+                &domain_name,
+                devices,
+                options,
+                &header,
+                &[option::WAIT_FOR_PARENT],
+            )
+            .await?;
+        let wait = wait_for_parent(METHOD, &options)?;
+        let spec = JobSpec {
+            operation: "prepare-domain",
+            objects: Vec::new(),
+            started_by_uid: self.service.caller_uid(connection, &header).await,
+            cancel_action: Some(action::ASSIGN),
+            details: vec![
+                ("verb", "prepare".to_owned()),
+                ("domain", domain_name.clone()),
+            ],
+        };
+        let domain = DomainRef {
+            name: domain_name,
+            uuid: domain_uuid,
+        };
+        self.service
+            .start_job(connection, spec, move |engine, token| {
+                let claimed = match wait {
+                    Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
+                        engine.claim_domain(&domain, &devices)
+                    }),
+                    None => engine.cancellable(token, || engine.claim_domain(&domain, &devices)),
+                }?;
+                Ok(instances_outcome(
+                    &format!("domain {} holds", domain.name),
+                    &claimed,
+                ))
+            })
+            .await
+    }
+
+    /// `ReleaseDomain` as a Job (giving VFs and whole GPUs back to their drivers can take a
+    /// while): returns the Job at once. Not cancelable: a release runs to its end.
+    #[zbus(out_args("job"))]
+    async fn start_release_domain(
+        &self,
+        domain_name: String,
+        domain_uuid: String,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, BusError> {
+        let options = CallOptions::parse("StartReleaseDomain", options, &[])?;
+        let request = AuthRequest::new(action::ASSIGN, &header, options.no_user_interaction()?)
+            .detail("verb", "release")
+            .detail("domain", domain_name.clone());
+        self.service.authorizer.check(request).await?;
+        let spec = JobSpec {
+            operation: "release-domain",
+            objects: Vec::new(),
+            started_by_uid: self.service.caller_uid(connection, &header).await,
+            cancel_action: None,
+            details: Vec::new(),
+        };
+        let domain = DomainRef {
+            name: domain_name,
+            uuid: domain_uuid,
+        };
+        self.service
+            .start_job(connection, spec, move |engine, _token| {
+                let report = engine.release_domain(&domain)?;
+                let mut message = format!(
+                    "released domain {}: {} destroyed, {} unclaimed",
+                    domain.name,
+                    report.destroyed.len(),
+                    report.unclaimed.len()
+                );
+                for problem in &report.problems {
+                    tracing::warn!(%problem, "release left a problem");
+                    message.push_str("; ");
+                    message.push_str(problem);
+                }
+                Ok(JobOutcome::message(message))
+            })
+            .await
+    }
+
     /// A job started.
     #[zbus(signal)]
     pub(super) async fn job_new(
@@ -332,6 +492,149 @@ impl ManagerIface {
         result: &str,
         message: &str,
     ) -> zbus::Result<()>;
+}
+
+impl ManagerIface {
+    /// What `CreateInstances` (and `StartCreateInstances`, which also accepts `extra` options)
+    /// would create, after checking the options and asking polkit. Returns the parsed options
+    /// too, for the `extra` keys.
+    async fn create_requests(
+        &self,
+        method: &'static str,
+        profile: &str,
+        options: HashMap<String, OwnedVariant>,
+        header: &Header<'_>,
+        extra: &[&'static str],
+    ) -> Result<(Vec<CreateRequest>, CallOptions), BusError> {
+        let mut allowed = vec![
+            option::PARENT,
+            option::UUID,
+            option::COUNT,
+            option::AUTOSTART,
+            option::WEIGHT,
+            option::PLACEMENT,
+            option::NUMA_NODE,
+            option::NUMA_STRICT,
+            option::FORCE,
+        ];
+        allowed.extend_from_slice(extra);
+        let options = CallOptions::parse(method, options, &allowed)?;
+        let parent = options.string(option::PARENT)?;
+        let placement = options.placement()?;
+        let force = options.boolean(option::FORCE)?.unwrap_or(false);
+        let uuid = options.string(option::UUID)?;
+        let count = options.unsigned(option::COUNT)?.unwrap_or(1);
+        let autostart = options.boolean(option::AUTOSTART)?.unwrap_or(false);
+        let weight = options.unsigned(option::WEIGHT)?;
+        if count == 0 || count > MAX_COUNT {
+            return Err(BusError::InvalidArgs(format!(
+                "{method}: count {count} for profile {profile} is outside 1..={MAX_COUNT}"
+            )));
+        }
+        if count > 1 && uuid.is_some() {
+            return Err(BusError::InvalidArgs(format!(
+                "{method}: option uuid names one instance but count is {count}"
+            )));
+        }
+        let no_interaction = options.no_user_interaction()?;
+        let mut request = AuthRequest::new(action::MANAGE_INSTANCES, header, no_interaction)
+            .detail("verb", "create")
+            .detail("profile", profile.to_owned());
+        if let Some(parent) = &parent {
+            request = request.detail("parent", parent.clone());
+        }
+        self.service.authorizer.check(request).await?;
+        if autostart {
+            let request = AuthRequest::new(action::MANAGE_PERSISTENT, header, no_interaction)
+                .detail("verb", "create-autostart")
+                .detail("profile", profile.to_owned());
+            self.service.authorizer.check(request).await?;
+        }
+        if force {
+            let request = AuthRequest::new(action::FORCE, header, no_interaction)
+                .detail("verb", "create-force")
+                .detail("profile", profile.to_owned());
+            self.service.authorizer.check(request).await?;
+        }
+
+        let requests: Vec<CreateRequest> = (0..count)
+            .map(|_| {
+                let mut request = CreateRequest::new(CreateTarget::Profile {
+                    profile: profile.to_owned(),
+                    parent: parent.clone(),
+                });
+                request.uuid = uuid.clone();
+                request.autostart = autostart;
+                request.persistent = autostart;
+                request.scheduling.weight = weight;
+                request.placement = placement;
+                request.force = force;
+                request
+            })
+            .collect();
+        Ok((requests, options))
+    }
+}
+
+impl ManagerIface {
+    /// The devices of `PrepareDomain` (and `StartPrepareDomain`, which also accepts `extra`
+    /// options), after checking the options and asking polkit.
+    async fn prepare_requests(
+        &self,
+        method: &'static str,
+        domain_name: &str,
+        devices: Vec<HashMap<String, OwnedVariant>>,
+        options: HashMap<String, OwnedVariant>,
+        header: &Header<'_>,
+        extra: &[&'static str],
+    ) -> Result<(Vec<DeviceRequest>, CallOptions), BusError> {
+        let options = CallOptions::parse(method, options, extra)?;
+        let devices = parse_devices(method, devices)?;
+        let no_interaction = options.no_user_interaction()?;
+        let request = AuthRequest::new(action::ASSIGN, header, no_interaction)
+            .detail("verb", "prepare")
+            .detail("domain", domain_name.to_owned());
+        self.service.authorizer.check(request).await?;
+        if devices.iter().any(|device| device.force) {
+            let request = AuthRequest::new(action::FORCE, header, no_interaction)
+                .detail("verb", "prepare-force")
+                .detail("domain", domain_name.to_owned());
+            self.service.authorizer.check(request).await?;
+        }
+        Ok((devices, options))
+    }
+}
+
+/// Longest `wait-for-parent` accepted, in seconds.
+const MAX_WAIT_FOR_PARENT: u32 = 3600;
+
+/// The `wait-for-parent u` option (seconds, 1..=3600) as a duration.
+fn wait_for_parent(
+    method: &str,
+    options: &CallOptions,
+) -> Result<Option<std::time::Duration>, BusError> {
+    match options.unsigned(option::WAIT_FOR_PARENT)? {
+        None => Ok(None),
+        Some(seconds @ 1..=MAX_WAIT_FOR_PARENT) => {
+            Ok(Some(std::time::Duration::from_secs(seconds.into())))
+        }
+        Some(seconds) => Err(BusError::InvalidArgs(format!(
+            "{method}: option {} is {seconds} seconds; expected 1..={MAX_WAIT_FOR_PARENT}",
+            option::WAIT_FOR_PARENT
+        ))),
+    }
+}
+
+/// A job's outcome listing instances: `<verb> <uuid>, <uuid>` and their paths.
+fn instances_outcome(verb: &str, instances: &[crate::engine::InstanceInfo]) -> JobOutcome {
+    let uuids: Vec<&str> = instances.iter().map(|info| info.uuid.as_str()).collect();
+    JobOutcome {
+        message: format!("{verb} {}", uuids.join(", ")),
+        objects: uuids
+            .iter()
+            .map(|uuid| dbus_api::path::mdev_instance_path(uuid))
+            .collect(),
+    }
 }
 
 fn parse_devices(
@@ -563,17 +866,22 @@ impl SriovIface {
         let uid = self.service.caller_uid(connection, &header).await;
         let pf = self.data().pf.clone();
         let objects = vec![dbus_api::path::parent_path(&pf)];
+        let spec = JobSpec {
+            operation: "sriov-set-numvfs",
+            objects,
+            started_by_uid: uid,
+            // One sysfs write: nothing to stop between steps.
+            cancel_action: None,
+            details: Vec::new(),
+        };
         self.service
-            .start_job(
-                connection,
-                "sriov-set-numvfs",
-                objects,
-                uid,
-                move |engine| {
-                    let vfs = engine.set_num_vfs(&pf, count, DestroyOptions { force })?;
-                    Ok(format!("PF {pf} now has {} VFs", vfs.len()))
-                },
-            )
+            .start_job(connection, spec, move |engine, _token| {
+                let vfs = engine.set_num_vfs(&pf, count, DestroyOptions { force })?;
+                Ok(JobOutcome::message(format!(
+                    "PF {pf} now has {} VFs",
+                    vfs.len()
+                )))
+            })
             .await
     }
 }
@@ -722,6 +1030,13 @@ impl InstanceIface {
     #[zbus(property)]
     fn iommu_group(&self) -> i32 {
         self.data().iommu_group
+    }
+    /// Pass-through: the members of the GPU's IOMMU group the service bound to `vfio-pci`
+    /// (the GPU and its card's other functions, not bridges), sorted by address; empty for the
+    /// other kinds and while no group is bound.
+    #[zbus(property)]
+    fn group_members(&self) -> Vec<String> {
+        self.data().group_members.clone()
     }
     /// Scheduling weight, 0 when unset.
     #[zbus(property)]
@@ -924,6 +1239,10 @@ pub struct JobData {
     pub objects: Vec<OwnedObjectPath>,
     /// Caller's uid (`u32::MAX` when unknown).
     pub started_by_uid: u32,
+    /// Whether `Cancel` can stop it.
+    pub cancelable: bool,
+    /// Objects it made (created or claimed instances), once finished successfully.
+    pub result_objects: Vec<OwnedObjectPath>,
     /// Finished yet.
     pub finished: bool,
     /// Succeeded.
@@ -932,15 +1251,29 @@ pub struct JobData {
     pub message: String,
 }
 
+/// How a job is cancelled and who may.
+#[derive(Debug, Clone, Default)]
+pub struct JobControl {
+    /// Set by `Cancel`; the job's engine call checks it.
+    pub token: CancelToken,
+    /// The polkit action another caller than the starter needs; `None`: not cancelable.
+    pub cancel_action: Option<&'static str>,
+    /// polkit details for that check.
+    pub details: Vec<(&'static str, String)>,
+}
+
 /// `org.mdevmanager.VGpu1.Job`.
 #[derive(Debug)]
 pub struct JobIface {
+    pub(super) service: Arc<Service>,
+    pub(super) control: JobControl,
     pub(super) data: JobData,
 }
 
 #[interface(name = "org.mdevmanager.VGpu1.Job")]
 impl JobIface {
-    /// What it does: `sriov-set-numvfs`.
+    /// What it does: `sriov-set-numvfs`, `create-instances`, `prepare-domain`,
+    /// `release-domain`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn operation(&self) -> String {
         self.data.operation.clone()
@@ -954,6 +1287,16 @@ impl JobIface {
     #[zbus(property(emits_changed_signal = "const"))]
     fn started_by_uid(&self) -> u32 {
         self.data.started_by_uid
+    }
+    /// Whether `Cancel` can stop it (udisks' `Cancelable`).
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn cancelable(&self) -> bool {
+        self.data.cancelable
+    }
+    /// The objects it made (the instances created or claimed), set when it succeeds.
+    #[zbus(property)]
+    fn result_objects(&self) -> Vec<OwnedObjectPath> {
+        self.data.result_objects.clone()
     }
     /// Whether it has finished.
     #[zbus(property)]
@@ -970,6 +1313,49 @@ impl JobIface {
     fn message(&self) -> String {
         self.data.message.clone()
     }
+
+    /// Asks the job to stop at its next step; what it did so far is undone, and it completes
+    /// with `Completed(false, "Cancelled: ...")` and `JobRemoved` result `cancelled`. A job past
+    /// its last step completes normally. The caller that started the job may cancel it;
+    /// anyone else needs the polkit action of the operation. `NotSupported` for a job that
+    /// cannot be cancelled (`Cancelable` false) or has finished.
+    async fn cancel(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        let options = CallOptions::parse("Cancel", options, &[])?;
+        let no_interaction = options.no_user_interaction()?;
+        let what = format!(
+            "job {} ({})",
+            header.path().map(|p| p.as_str()).unwrap_or("?"),
+            self.data.operation
+        );
+        let Some(action) = self.control.cancel_action else {
+            return Err(BusError::NotSupported(format!(
+                "{what} cannot be cancelled"
+            )));
+        };
+        if self.data.finished {
+            return Err(BusError::NotSupported(format!(
+                "{what} has already finished"
+            )));
+        }
+        let uid = self.service.caller_uid(connection, &header).await;
+        if uid == u32::MAX || uid != self.data.started_by_uid {
+            let mut request =
+                AuthRequest::new(action, &header, no_interaction).detail("verb", "cancel");
+            for (key, value) in &self.control.details {
+                request = request.detail(key, value.clone());
+            }
+            self.service.authorizer.check(request).await?;
+        }
+        tracing::info!(job = %what, uid, "cancel requested");
+        self.control.token.cancel();
+        Ok(())
+    }
+
     /// Emitted once, when the job finishes, just before the object is removed.
     #[zbus(signal)]
     pub(super) async fn completed(
@@ -978,10 +1364,3 @@ impl JobIface {
         message: &str,
     ) -> zbus::Result<()>;
 }
-    /// Pass-through: the members of the GPU's IOMMU group the service bound to `vfio-pci`
-    /// (the GPU and its card's other functions, not bridges), sorted by address; empty for the
-    /// other kinds and while no group is bound.
-    #[zbus(property)]
-    fn group_members(&self) -> Vec<String> {
-        self.data().group_members.clone()
-    }

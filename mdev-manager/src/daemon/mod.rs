@@ -26,7 +26,9 @@ use zbus::names::InterfaceName;
 use zbus::object_server::{Interface, SignalEmitter};
 use zbus::{Connection, ObjectServer, OwnedObjectPath};
 
-use crate::engine::{Engine, EngineError, EngineEvent, ReconcileAction, ReconcileReport};
+use crate::engine::{
+    CancelToken, Engine, EngineError, EngineEvent, ReconcileAction, ReconcileReport,
+};
 use auth::Authorizer;
 pub use host_events::host_events;
 use interfaces::{
@@ -133,6 +135,9 @@ pub struct Service {
     features: Vec<String>,
     reconcile_lines: Mutex<Vec<String>>,
     exported: tokio::sync::Mutex<ExportedObjects>,
+    /// The engine's event generation noted before the newest read the exported objects show:
+    /// events up to it need no refresh of their own.
+    published: AtomicU64,
     next_job: AtomicU64,
     /// The host root `Manager.Probe` resolves sysfs under; unset on the simulated host, whose
     /// devices have no VFIO nodes to open.
@@ -153,6 +158,7 @@ impl Service {
             features,
             reconcile_lines: Mutex::new(Vec::new()),
             exported: tokio::sync::Mutex::new(ExportedObjects::default()),
+            published: AtomicU64::new(0),
             next_job: AtomicU64::new(1),
             probe_root: std::sync::OnceLock::new(),
         })
@@ -200,10 +206,12 @@ impl Service {
             self.publish_reconcile(&report);
         }
         let engine = self.engine.clone();
+        let generation = engine.event_generation();
         let model = tokio::task::spawn_blocking(move || Model::read(&engine))
             .await
             .map_err(DaemonError::Join)?
             .map_err(DaemonError::Engine)?;
+        self.published.fetch_max(generation, Ordering::SeqCst);
 
         let connection = builder
             .serve_at(
@@ -291,11 +299,48 @@ impl Service {
         // Held across the read so concurrent refreshes apply in order.
         let mut exported = self.exported.lock().await;
         let engine = self.engine.clone();
+        let generation = engine.event_generation();
         match tokio::task::spawn_blocking(move || Model::read(&engine)).await {
-            Ok(Ok(model)) => self.apply(connection, &mut exported, model).await,
+            Ok(Ok(model)) => {
+                self.published.fetch_max(generation, Ordering::SeqCst);
+                self.apply(connection, &mut exported, model).await
+            }
             Ok(Err(error)) => tracing::error!(error = %error_chain(&error), "cannot read the host"),
             Err(join) => tracing::error!(error = %join, "host read panicked"),
         }
+    }
+
+    /// The `ListInstances`/`ListTypes` answer for the objects exported now: the prepared one, or
+    /// built from the exported records (no engine call). Waits for a refresh in progress, so a
+    /// caller that saw a change's reply lists the change.
+    pub async fn listing(&self) -> Arc<model::Listing> {
+        let mut exported = self.exported.lock().await;
+        if let Some(listing) = &exported.listing {
+            return listing.clone();
+        }
+        fn read<D>(cell: &Shared<D>) -> std::sync::RwLockReadGuard<'_, D> {
+            cell.read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        }
+        let listing = Arc::new(model::Listing::new(
+            exported
+                .parents
+                .values()
+                .map(|cell| read(cell).name.clone())
+                .collect(),
+            exported
+                .types
+                .iter()
+                .map(|(path, cell)| model::type_entry(path, &read(cell)))
+                .collect(),
+            exported
+                .instances
+                .iter()
+                .map(|(path, cell)| model::instance_entry(path, &read(cell)))
+                .collect(),
+        ));
+        exported.listing = Some(listing.clone());
+        listing
     }
 
     async fn apply(
@@ -305,6 +350,7 @@ impl Service {
         new: Model,
     ) {
         let server = connection.object_server();
+        exported.listing = None;
         // Objects that went away first, children before their parents; then new and changed
         // ones, parents before their children, so a client never sees a dangling path.
         remove_gone::<InstanceIface, _>(server, &mut exported.instances, &new.instances).await;
@@ -386,8 +432,13 @@ impl Service {
         tokio::spawn(async move {
             while let Some(event) = receiver.recv().await {
                 tracing::debug!(?event, "engine event");
-                // A burst of events (a batch create, a udev storm) needs one refresh.
+                // A burst of events (a batch create, a udev storm) needs one refresh, and none
+                // when a refresh that read the engine after them (the one of the method that
+                // made the change) has already published them.
                 while receiver.try_recv().is_ok() {}
+                if service.engine.event_generation() <= service.published.load(Ordering::SeqCst) {
+                    continue;
+                }
                 service.refresh(&connection).await;
             }
         });
@@ -395,28 +446,35 @@ impl Service {
 
     /// Starts a job running `work` on the engine: exports the Job object, announces it with
     /// `JobNew`, and when `work` finishes sets its result, emits `Job.Completed` and
-    /// `Manager.JobRemoved`, refreshes the objects and removes the Job.
+    /// `Manager.JobRemoved`, refreshes the objects and removes the Job. `work` gets the job's
+    /// cancel token (`Job.Cancel` sets it) and should run its engine calls through
+    /// [`Engine::cancellable`] or [`Engine::wait_for_parent_then`].
     pub async fn start_job<F>(
         self: &Arc<Self>,
         connection: &Connection,
-        operation: &'static str,
-        objects: Vec<OwnedObjectPath>,
-        started_by_uid: u32,
+        spec: JobSpec,
         work: F,
     ) -> Result<OwnedObjectPath, BusError>
     where
-        F: FnOnce(&Engine) -> Result<String, EngineError> + Send + 'static,
+        F: FnOnce(&Engine, &CancelToken) -> Result<JobOutcome, EngineError> + Send + 'static,
     {
         let id = self.next_job.fetch_add(1, Ordering::Relaxed);
         let path = dbus_api::path::job_path(id);
+        let operation = spec.operation;
+        let token = CancelToken::new();
         let job = JobIface {
+            service: self.clone(),
+            control: interfaces::JobControl {
+                token: token.clone(),
+                cancel_action: spec.cancel_action,
+                details: spec.details,
+            },
             data: JobData {
                 operation: operation.to_string(),
-                objects,
-                started_by_uid,
-                finished: false,
-                success: false,
-                message: String::new(),
+                objects: spec.objects,
+                started_by_uid: spec.started_by_uid,
+                cancelable: spec.cancel_action.is_some(),
+                ..JobData::default()
             },
         };
         let server = connection.object_server();
@@ -431,11 +489,19 @@ impl Service {
         let connection = connection.clone();
         let job_path = path.clone();
         tokio::spawn(async move {
-            let (success, message) = match service.call(work).await {
-                Ok(message) => (true, message),
-                Err(error) => (false, format!("{}: {}", error.kind(), error.message())),
-            };
+            let (success, cancelled, message, results) =
+                match service.call(move |engine| work(engine, &token)).await {
+                    Ok(outcome) => (true, false, outcome.message, outcome.objects),
+                    Err(error) => (
+                        false,
+                        error.kind() == ErrorKind::Cancelled,
+                        format!("{}: {}", error.kind(), error.message()),
+                        Vec::new(),
+                    ),
+                };
             tracing::info!(job = %job_path, operation, success, %message, "job finished");
+            // The objects the job made exist on the bus before anyone hears it finished.
+            service.refresh(&connection).await;
             let server = connection.object_server();
             if let Ok(job) = server.interface::<_, JobIface>(&job_path).await {
                 let old = job.get().await.data.clone();
@@ -443,21 +509,60 @@ impl Service {
                     finished: true,
                     success,
                     message: message.clone(),
+                    result_objects: results,
                     ..old.clone()
                 };
                 job.get_mut().await.data = new.clone();
                 emit_changed::<JobIface, _>(&connection, &job_path, &old, &new).await;
                 let _ = JobIface::completed(job.signal_emitter(), success, &message).await;
             }
-            service.refresh(&connection).await;
             if let Ok(emitter) = SignalEmitter::new(&connection, MANAGER_PATH) {
-                let result = if success { "done" } else { "failed" };
+                let result = match (success, cancelled) {
+                    (true, _) => "done",
+                    (false, true) => "cancelled",
+                    (false, false) => "failed",
+                };
                 let _ =
                     ManagerIface::job_removed(&emitter, job_path.as_ref(), result, &message).await;
             }
             let _ = server.remove::<JobIface, _>(&job_path).await;
         });
         Ok(path)
+    }
+}
+
+/// What a job is, for [`Service::start_job`].
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    /// `Job.Operation` (`sriov-set-numvfs`, `create-instances`, ...).
+    pub operation: &'static str,
+    /// `Job.Objects`: what it acts on.
+    pub objects: Vec<OwnedObjectPath>,
+    /// `Job.StartedByUid`.
+    pub started_by_uid: u32,
+    /// The polkit action a caller other than the starter needs for `Job.Cancel`; `None`: the
+    /// job cannot be cancelled (`Cancelable` false).
+    pub cancel_action: Option<&'static str>,
+    /// polkit details for that check (`profile`, `parent`, `domain`, ...).
+    pub details: Vec<(&'static str, String)>,
+}
+
+/// What a successful job reports.
+#[derive(Debug, Clone, Default)]
+pub struct JobOutcome {
+    /// `Job.Message` and the `Completed`/`JobRemoved` message.
+    pub message: String,
+    /// `Job.ResultObjects`: the objects it made (created or claimed instances).
+    pub objects: Vec<OwnedObjectPath>,
+}
+
+impl JobOutcome {
+    /// An outcome with a message and no objects.
+    pub fn message(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            objects: Vec::new(),
+        }
     }
 }
 
@@ -484,6 +589,10 @@ impl ManagerIface {
 impl Properties for JobData {
     fn properties(&self) -> Vec<(&'static str, zbus::Variant<'static>)> {
         vec![
+            (
+                "ResultObjects",
+                zbus::Variant::from(self.result_objects.clone()),
+            ),
             ("Finished", zbus::Variant::from(self.finished)),
             ("Success", zbus::Variant::from(self.success)),
             ("Message", zbus::Variant::from(self.message.clone())),
@@ -523,6 +632,8 @@ pub fn introspection_xml(service: &Arc<Service>) -> String {
         data: Default::default(),
     });
     write(&JobIface {
+        service: service.clone(),
+        control: Default::default(),
         data: Default::default(),
     });
     xml.push_str("</node>\n");
@@ -537,6 +648,8 @@ struct ExportedObjects {
     types: HashMap<OwnedObjectPath, Shared<model::TypeData>>,
     instances: HashMap<OwnedObjectPath, Shared<model::InstanceData>>,
     profiles: HashMap<OwnedObjectPath, Shared<model::ProfileData>>,
+    /// The prepared `ListInstances`/`ListTypes` answer; `apply` drops it on every change.
+    listing: Option<Arc<model::Listing>>,
 }
 
 async fn emit_changed<I: Interface, P: Properties>(
