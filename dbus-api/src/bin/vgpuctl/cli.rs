@@ -31,6 +31,25 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `create --placement`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Placement {
+    /// Fill the busiest parent that still has room.
+    Pack,
+    /// Take the idlest parent.
+    Spread,
+}
+
+impl Placement {
+    /// The `placement` option's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Placement::Pack => dbus_api::names::placement::PACK,
+            Placement::Spread => dbus_api::names::placement::SPREAD,
+        }
+    }
+}
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -64,6 +83,22 @@ pub enum Command {
         /// Scheduling weight.
         #[arg(long)]
         weight: Option<u32>,
+        /// How to choose among the parents that fit: `pack` fills the busiest one first
+        /// (keeps whole GPUs free), `spread` takes the idlest (default: the service's
+        /// configured placement, `pack` unless set).
+        #[arg(long, value_enum)]
+        placement: Option<Placement>,
+        /// Prefer parents on this NUMA node.
+        #[arg(long, value_name = "NODE")]
+        numa_node: Option<u32>,
+        /// Accept only parents on --numa-node (fail naming the node if none has room).
+        #[arg(long, requires = "numa_node")]
+        numa_strict: bool,
+        /// Pass-through profile: take the GPU's IOMMU group even if a member of it serves the
+        /// host (a NIC, a disk controller, the console) or is not a function of the GPU. Needs
+        /// the polkit action org.mdevmanager.vgpu1.force.
+        #[arg(long)]
+        force: bool,
     },
     /// Destroy instances (all UUIDs are checked before any is destroyed).
     Destroy {

@@ -381,9 +381,25 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let mut destroyed = Vec::new();
             for record in records {
                 let mut opts = options(&cli);
+            placement,
+            numa_node,
+            numa_strict,
+            force,
                 if *force {
                     opts.insert(option::FORCE, Variant::from(true));
                 }
+            if let Some(placement) = placement {
+                opts.insert(option::PLACEMENT, Variant::from(placement.as_str()));
+            }
+            if let Some(node) = numa_node {
+                opts.insert(option::NUMA_NODE, Variant::from(*node));
+            }
+            if *numa_strict {
+                opts.insert(option::NUMA_STRICT, Variant::from(true));
+            }
+            if *force {
+                opts.insert(option::FORCE, Variant::from(true));
+            }
                 instance_proxy(&connection, record)
                     .await?
                     .destroy(opts)
