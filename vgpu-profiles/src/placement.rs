@@ -129,6 +129,8 @@ pub enum ParentRejection {
     NumaNode {
         /// The parent's node, when known.
         node: Option<u32>,
+        /// The node the request insists on.
+        wanted: u32,
     },
     /// No type fits (the reason in words).
     NoFit(String),
@@ -143,8 +145,13 @@ impl fmt::Display for ParentRejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ParentRejection::NotRequested => f.write_str("not the requested parent"),
-            ParentRejection::NumaNode { node: Some(n) } => write!(f, "on NUMA node {n}"),
-            ParentRejection::NumaNode { node: None } => f.write_str("NUMA node unknown"),
+            ParentRejection::NumaNode {
+                node: Some(n),
+                wanted,
+            } => write!(f, "on NUMA node {n}, not the required node {wanted}"),
+            ParentRejection::NumaNode { node: None, wanted } => {
+                write!(f, "NUMA node unknown, not the required node {wanted}")
+            }
             ParentRejection::NoFit(reason) => f.write_str(reason),
             ParentRejection::RankedLower { type_id } => {
                 write!(f, "fits ({type_id}) but ranked lower")
@@ -213,6 +220,7 @@ pub fn place(
                     index,
                     ParentRejection::NumaNode {
                         node: parent.numa_node,
+                        wanted: numa.node,
                     },
                 ));
                 continue;

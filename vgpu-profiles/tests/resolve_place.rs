@@ -440,7 +440,7 @@ fn pack_spread_numa_and_named_parent() {
     let error = place(&small, &parents, &with(Policy::Pack, strict2, None)).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "no parent can host profile `mbochs-small`: mbochs-a: on NUMA node 1; mbochs-b: on NUMA node 0"
+        "no parent can host profile `mbochs-small`: mbochs-a: on NUMA node 1, not the required node 2; mbochs-b: on NUMA node 0, not the required node 2"
     );
     let named = place(
         &small,
