@@ -41,6 +41,10 @@ pub trait Manager {
         profile: &str,
         options: Options<'_>,
     ) -> zbus::Result<Vec<OwnedObjectPath>>;
+    /// Destroys several instances (by UUID) with one state save; every UUID is checked before
+    /// any is destroyed. Option `force b` as for `Instance.Destroy`.
+    #[zbus(allow_interactive_auth)]
+    fn destroy_instances(&self, uuids: &[&str], options: Options<'_>) -> zbus::Result<()>;
     /// Claims every vGPU a domain asks for, all or nothing (the libvirt hook's `prepare`).
     #[zbus(allow_interactive_auth)]
     fn prepare_domain(
@@ -70,6 +74,40 @@ pub trait Manager {
         devices: Vec<HashMap<&str, Variant<'_>>>,
         options: Options<'_>,
     ) -> zbus::Result<Vec<String>>;
+    /// Every instance in one reply (what `vgpuctl list` prints), read from the objects the
+    /// service exports: the same records as `GetManagedObjects`, without the walk. No options
+    /// yet.
+    fn list_instances(&self, options: Options<'_>)
+        -> zbus::Result<Vec<crate::wire::InstanceEntry>>;
+    /// Every mdev type in one reply; option `parent s` keeps one parent's (`NotFound` when the
+    /// service has no such parent).
+    fn list_types(&self, options: Options<'_>) -> zbus::Result<Vec<crate::wire::TypeEntry>>;
+
+    /// `CreateInstances` as a Job (returned at once); options as `CreateInstances` plus
+    /// `wait-for-parent u` (seconds). `Job.ResultObjects` lists the instances made.
+    #[zbus(allow_interactive_auth)]
+    fn start_create_instances(
+        &self,
+        profile: &str,
+        options: Options<'_>,
+    ) -> zbus::Result<OwnedObjectPath>;
+    /// `PrepareDomain` as a Job (returned at once); option `wait-for-parent u` (seconds).
+    #[zbus(allow_interactive_auth)]
+    fn start_prepare_domain(
+        &self,
+        domain_name: &str,
+        domain_uuid: &str,
+        devices: Vec<HashMap<&str, Variant<'_>>>,
+        options: Options<'_>,
+    ) -> zbus::Result<OwnedObjectPath>;
+    /// `ReleaseDomain` as a Job (returned at once; not cancelable).
+    #[zbus(allow_interactive_auth)]
+    fn start_release_domain(
+        &self,
+        domain_name: &str,
+        domain_uuid: &str,
+        options: Options<'_>,
+    ) -> zbus::Result<OwnedObjectPath>;
 
     /// A job was started.
     #[zbus(signal)]
@@ -258,7 +296,8 @@ pub trait Profile {
     default_service = "org.mdevmanager.VGpu1"
 )]
 pub trait Job {
-    /// What it does (`sriov-set-numvfs`, ...).
+    /// What it does (`sriov-set-numvfs`, `create-instances`, `prepare-domain`,
+    /// `release-domain`).
     #[zbus(property(emits_changed_signal = "const"))]
     fn operation(&self) -> zbus::Result<String>;
     /// The objects it acts on.
@@ -267,6 +306,12 @@ pub trait Job {
     /// uid of the caller that started it.
     #[zbus(property(emits_changed_signal = "const"))]
     fn started_by_uid(&self) -> zbus::Result<u32>;
+    /// Whether `Cancel` can stop it.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn cancelable(&self) -> zbus::Result<bool>;
+    /// The objects it made (created or claimed instances), once it succeeded.
+    #[zbus(property)]
+    fn result_objects(&self) -> zbus::Result<Vec<OwnedObjectPath>>;
     /// Whether it has finished.
     #[zbus(property)]
     fn finished(&self) -> zbus::Result<bool>;
@@ -276,6 +321,10 @@ pub trait Job {
     /// The outcome message (meaningful once finished).
     #[zbus(property)]
     fn message(&self) -> zbus::Result<String>;
+    /// Asks it to stop at its next step; what it did is undone and it completes with
+    /// `Cancelled`. Its starter may; anyone else needs the operation's polkit action.
+    #[zbus(allow_interactive_auth)]
+    fn cancel(&self, options: Options<'_>) -> zbus::Result<()>;
     /// Emitted once when it finishes.
     #[zbus(signal)]
     fn completed(&self, success: bool, message: String) -> zbus::Result<()>;

@@ -337,10 +337,7 @@ impl Snapshot {
 
     /// The instance whose UUID (any case) or VF PCI address is `key`.
     pub fn instance(&self, key: &str) -> Option<&InstanceRecord> {
-        let key = key.to_ascii_lowercase();
-        self.instances
-            .iter()
-            .find(|i| i.uuid == key || (!i.pci_address.is_empty() && i.pci_address == key))
+        find_instance(&self.instances, key)
     }
 
     /// The parent whose name (PCI address or sysfs name) is `name`.
@@ -350,4 +347,129 @@ impl Snapshot {
             .iter()
             .find(|p| p.name.to_ascii_lowercase() == name)
     }
+}
+
+/// One instance as `Manager.ListInstances` sends it, D-Bus signature `(ossssssbbbsssiu)`:
+/// the `Instance` properties of one object in introspection order, behind its path. The
+/// service answers from the records it exports, so this is exactly what `GetManagedObjects`
+/// holds for the object.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, zbus::Type)]
+pub struct InstanceEntry {
+    /// Object path.
+    pub object: OwnedObjectPath,
+    /// `Uuid`.
+    pub uuid: String,
+    /// `Kind`.
+    pub kind: String,
+    /// `PciAddress`.
+    pub pci_address: String,
+    /// `ParentName`.
+    pub parent_name: String,
+    /// `Type`.
+    pub mdev_type: String,
+    /// `Profile`.
+    pub profile: String,
+    /// `Active`.
+    pub active: bool,
+    /// `Persistent`.
+    pub persistent: bool,
+    /// `Autostart`.
+    pub autostart: bool,
+    /// `Owner`.
+    pub owner: String,
+    /// `Holder`.
+    pub holder: String,
+    /// `HolderUuid`.
+    pub holder_uuid: String,
+    /// `IommuGroup`.
+    pub iommu_group: i32,
+    /// `Weight`.
+    pub weight: u32,
+}
+
+impl From<InstanceEntry> for InstanceRecord {
+    fn from(entry: InstanceEntry) -> Self {
+        InstanceRecord {
+            object: entry.object.as_str().to_string(),
+            uuid: entry.uuid,
+            kind: entry.kind,
+            pci_address: entry.pci_address,
+            parent: entry.parent_name,
+            mdev_type: entry.mdev_type,
+            profile: entry.profile,
+            active: entry.active,
+            persistent: entry.persistent,
+            autostart: entry.autostart,
+            owner: entry.owner,
+            holder: entry.holder,
+            holder_uuid: entry.holder_uuid,
+            iommu_group: entry.iommu_group,
+            weight: entry.weight,
+            // Not in the ListInstances entry; `vgpuctl xml` reads it from the object.
+            group_members: Vec::new(),
+        }
+    }
+}
+
+/// One mdev type as `Manager.ListTypes` sends it, D-Bus signature `(osssssuao)`: the
+/// `MdevType` properties of one object (without the parent's path, which `ParentName` keys).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, zbus::Type)]
+pub struct TypeEntry {
+    /// Object path.
+    pub object: OwnedObjectPath,
+    /// `Id`.
+    pub id: String,
+    /// `Name`.
+    pub name: String,
+    /// `Description`.
+    pub description: String,
+    /// `DeviceApi`.
+    pub device_api: String,
+    /// `ParentName`.
+    pub parent_name: String,
+    /// `AvailableInstances`.
+    pub available_instances: u32,
+    /// `Instances`.
+    pub instances: Vec<OwnedObjectPath>,
+}
+
+impl From<TypeEntry> for MdevTypeRecord {
+    fn from(entry: TypeEntry) -> Self {
+        MdevTypeRecord {
+            object: entry.object.as_str().to_string(),
+            id: entry.id,
+            name: entry.name,
+            description: entry.description,
+            device_api: entry.device_api,
+            parent: entry.parent_name,
+            available_instances: entry.available_instances,
+            instances: entry
+                .instances
+                .into_iter()
+                .map(|p| p.as_str().to_string())
+                .collect(),
+        }
+    }
+}
+
+/// The instance whose UUID (any case) or VF PCI address is `key`.
+pub fn find_instance<'a>(instances: &'a [InstanceRecord], key: &str) -> Option<&'a InstanceRecord> {
+    let key = key.to_ascii_lowercase();
+    instances
+        .iter()
+        .find(|i| i.uuid == key || (!i.pci_address.is_empty() && i.pci_address == key))
+}
+
+/// Instances from a `Manager.ListInstances` reply, in [`Snapshot`] order (parent, then UUID).
+pub fn instances_from_entries(entries: Vec<InstanceEntry>) -> Vec<InstanceRecord> {
+    let mut records: Vec<InstanceRecord> = entries.into_iter().map(Into::into).collect();
+    records.sort_by(|a, b| (&a.parent, &a.uuid).cmp(&(&b.parent, &b.uuid)));
+    records
+}
+
+/// Types from a `Manager.ListTypes` reply, in [`Snapshot`] order (parent, then id).
+pub fn types_from_entries(entries: Vec<TypeEntry>) -> Vec<MdevTypeRecord> {
+    let mut records: Vec<MdevTypeRecord> = entries.into_iter().map(Into::into).collect();
+    records.sort_by(|a, b| (&a.parent, &a.id).cmp(&(&b.parent, &b.id)));
+    records
 }

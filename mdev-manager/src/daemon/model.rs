@@ -235,7 +235,7 @@ impl Model {
     /// Reads the engine (blocking: call from `spawn_blocking`).
     pub fn read(engine: &Engine) -> Result<Self, EngineError> {
         let inventory = engine.inventory()?;
-        let instances = engine.instances()?;
+        let instances = engine.instances_in(&inventory);
         let profiles = engine.profiles();
         let mut model = Self::build(&inventory, &instances, &profiles);
         super::schedule::fill(&mut model, engine, &inventory);
@@ -405,6 +405,74 @@ fn instance_data(info: &InstanceInfo) -> InstanceData {
         weight: info.scheduling.weight.unwrap_or(0),
         group_members: Vec::new(),
         schedule: Default::default(),
+    }
+}
+
+/// The replies of `Manager.ListInstances` and `Manager.ListTypes`: built once from the exported
+/// records (no engine call) and dropped whenever the exported objects change, so repeated
+/// listings of an unchanged host cost one clone of a prepared answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// Every instance, sorted by parent then UUID.
+    pub instances: Vec<dbus_api::wire::InstanceEntry>,
+    /// Every mdev type, sorted by parent then id.
+    pub types: Vec<dbus_api::wire::TypeEntry>,
+    /// The parents' names (for the `parent` option of `ListTypes`).
+    pub parents: BTreeSet<String>,
+}
+
+impl Listing {
+    /// The listing of these entries, sorted as the fields say.
+    pub fn new(
+        parents: BTreeSet<String>,
+        mut types: Vec<dbus_api::wire::TypeEntry>,
+        mut instances: Vec<dbus_api::wire::InstanceEntry>,
+    ) -> Self {
+        types.sort_by(|a, b| (&a.parent_name, &a.id).cmp(&(&b.parent_name, &b.id)));
+        instances.sort_by(|a, b| (&a.parent_name, &a.uuid).cmp(&(&b.parent_name, &b.uuid)));
+        Listing {
+            instances,
+            types,
+            parents,
+        }
+    }
+}
+
+/// The `ListTypes` entry of an exported type.
+pub fn type_entry(path: &OwnedObjectPath, data: &TypeData) -> dbus_api::wire::TypeEntry {
+    dbus_api::wire::TypeEntry {
+        object: path.clone(),
+        id: data.id.clone(),
+        name: data.name.clone(),
+        description: data.description.clone(),
+        device_api: data.device_api.clone(),
+        parent_name: data.parent_name.clone(),
+        available_instances: data.available_instances,
+        instances: data.instances.clone(),
+    }
+}
+
+/// The `ListInstances` entry of an exported instance.
+pub fn instance_entry(
+    path: &OwnedObjectPath,
+    data: &InstanceData,
+) -> dbus_api::wire::InstanceEntry {
+    dbus_api::wire::InstanceEntry {
+        object: path.clone(),
+        uuid: data.uuid.clone(),
+        kind: data.kind.clone(),
+        pci_address: data.pci_address.clone(),
+        parent_name: data.parent_name.clone(),
+        mdev_type: data.type_id.clone(),
+        profile: data.profile.clone(),
+        active: data.active,
+        persistent: data.persistent,
+        autostart: data.autostart,
+        owner: data.owner.clone(),
+        holder: data.holder.clone(),
+        holder_uuid: data.holder_uuid.clone(),
+        iommu_group: data.iommu_group,
+        weight: data.weight,
     }
 }
 
