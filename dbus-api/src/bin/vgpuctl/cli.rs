@@ -99,6 +99,14 @@ pub enum Command {
         /// the polkit action org.mdevmanager.vgpu1.force.
         #[arg(long)]
         force: bool,
+        /// Run as a job that first waits up to SECS seconds for the parent to appear (VFs being
+        /// enabled, a driver loading), then creates; fails with "timed out" naming the parent.
+        #[arg(long, value_name = "SECS")]
+        wait_for_parent: Option<u32>,
+        /// Run as a job and print its path at once instead of waiting for it (see `vgpuctl
+        /// jobs`, `vgpuctl job cancel`).
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Destroy instances (all UUIDs are checked before any is destroyed).
     Destroy {
@@ -141,6 +149,17 @@ pub enum Command {
         /// Also remove VFs held by instances the service did not create.
         #[arg(long)]
         force: bool,
+        /// Print the job's path at once instead of waiting for it.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// List the running jobs (long operations of the service).
+    Jobs,
+    /// Act on a running job.
+    Job {
+        /// What to do.
+        #[command(subcommand)]
+        action: JobAction,
     },
     /// Follow the service's change signals live, one line (or JSON object) per event.
     Events {
@@ -246,6 +265,18 @@ pub enum Command {
         /// Directory to write into.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
+    },
+}
+
+/// `vgpuctl job` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum JobAction {
+    /// Ask a job to stop; what it did is undone and it ends as "cancelled" (exit status 12
+    /// for whoever waits for it). Its starter may; anyone else needs the operation's polkit
+    /// action.
+    Cancel {
+        /// Job number or path (`3` or `/org/mdevmanager/VGpu1/jobs/3`).
+        job: String,
     },
 }
 

@@ -6,6 +6,7 @@
 mod output;
 mod cli;
 mod events;
+mod jobs;
 mod schedule;
 mod table;
 mod virsh;
@@ -16,12 +17,12 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 use dbus_api::names::{option, BUS_NAME, ROOT_PATH};
 use dbus_api::proxy::{InstanceProxy, ManagerProxy, SriovProxy};
-use dbus_api::wire::{InstanceRecord, Snapshot};
+use dbus_api::wire::{InstanceRecord, MdevTypeRecord, Snapshot};
 use dbus_api::{path, BusTarget, ClientError, ErrorKind};
 use futures_util::StreamExt;
 use zbus::{Connection, Variant};
 
-use cli::{Cli, Command, GenerateWhat, ScheduleAction};
+use cli::{Cli, Command, GenerateWhat, JobAction, ScheduleAction};
 
 /// Exit status when the service (or the bus) cannot be reached (sysexits' EX_UNAVAILABLE).
 const EXIT_UNAVAILABLE: u8 = 69;
@@ -124,6 +125,64 @@ async fn snapshot(connection: &Connection) -> Result<Snapshot, Failure> {
     })
 }
 
+/// The Manager without property caching: the listings need no properties, and a caching proxy
+/// would first subscribe to their changes (a round trip per command).
+async fn manager(connection: &Connection) -> Result<ManagerProxy<'static>, Failure> {
+    Ok(ManagerProxy::builder(connection)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?)
+}
+
+/// Whether the service predates a method (it answered `UnknownMethod`).
+fn unknown_method(error: &zbus::Error) -> bool {
+    matches!(error, zbus::Error::MethodError(name, _, _)
+        if name.as_str() == "org.freedesktop.DBus.Error.UnknownMethod")
+}
+
+/// Every instance, from `Manager.ListInstances` (one reply); from the ObjectManager walk when
+/// the service is older than that method.
+async fn list_instances(connection: &Connection) -> Result<Vec<InstanceRecord>, Failure> {
+    match manager(connection)
+        .await?
+        .list_instances(HashMap::new())
+        .await
+    {
+        Ok(entries) => Ok(dbus_api::wire::instances_from_entries(entries)),
+        Err(error) if unknown_method(&error) => Ok(snapshot(connection).await?.instances),
+        Err(error) => Err(ClientError::from(error).into()),
+    }
+}
+
+/// The mdev types (of one parent), from `Manager.ListTypes`; from the ObjectManager walk when
+/// the service is older than that method.
+async fn list_types(
+    connection: &Connection,
+    parent: Option<&str>,
+) -> Result<Vec<MdevTypeRecord>, Failure> {
+    let mut options = HashMap::new();
+    if let Some(parent) = parent {
+        options.insert(option::PARENT, Variant::from(parent));
+    }
+    match manager(connection).await?.list_types(options).await {
+        Ok(entries) => Ok(dbus_api::wire::types_from_entries(entries)),
+        Err(error) if unknown_method(&error) => {
+            let snapshot = snapshot(connection).await?;
+            if let Some(parent) = parent {
+                if snapshot.parent(parent).is_none() {
+                    return Err(failure(ErrorKind::NotFound, format!("no parent {parent}")));
+                }
+            }
+            Ok(snapshot
+                .types
+                .into_iter()
+                .filter(|t| parent.is_none_or(|p| t.parent.eq_ignore_ascii_case(p)))
+                .collect())
+        }
+        Err(error) => Err(ClientError::from(error).into()),
+    }
+}
+
 fn find_instance<'a>(snapshot: &'a Snapshot, key: &str) -> Result<&'a InstanceRecord, Failure> {
     snapshot
         .instance(key)
@@ -205,21 +264,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             );
         }
         Command::Types { parent } => {
-            let snapshot = snapshot(&connection).await?;
-            if let Some(parent) = parent {
-                if snapshot.parent(parent).is_none() {
-                    return Err(failure(ErrorKind::NotFound, format!("no parent {parent}")));
-                }
-            }
-            let types: Vec<_> = snapshot
-                .types
-                .iter()
-                .filter(|t| {
-                    parent
-                        .as_ref()
-                        .is_none_or(|p| t.parent.eq_ignore_ascii_case(p))
-                })
-                .collect();
+            let types = list_types(&connection, parent.as_deref()).await?;
             if json {
                 return print_json(&types);
             }
@@ -237,11 +282,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             );
         }
         Command::List => {
-            let snapshot = snapshot(&connection).await?;
+            let instances = list_instances(&connection).await?;
             if json {
-                return print_json(&snapshot.instances);
+                return print_json(&instances);
             }
-            print_instances(&snapshot.instances);
+            print_instances(&instances);
         }
         Command::Show { uuid } => {
             let snapshot = snapshot(&connection).await?;
@@ -337,9 +382,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             count,
             autostart,
             weight,
+            placement,
+            numa_node,
+            numa_strict,
+            force,
+            wait_for_parent,
+            no_wait,
         } => {
-            let manager = ManagerProxy::new(&connection).await?;
+            let manager = manager(&connection).await?;
             let mut opts = options(&cli);
+            if let Some(placement) = placement {
+                opts.insert(option::PLACEMENT, Variant::from(placement.as_str()));
+            }
+            if let Some(node) = numa_node {
+                opts.insert(option::NUMA_NODE, Variant::from(*node));
+            }
+            if *numa_strict {
+                opts.insert(option::NUMA_STRICT, Variant::from(true));
+            }
+            if *force {
+                opts.insert(option::FORCE, Variant::from(true));
+            }
             if let Some(parent) = parent {
                 opts.insert(option::PARENT, Variant::from(parent.clone()));
             }
@@ -355,14 +418,45 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             if let Some(weight) = weight {
                 opts.insert(option::WEIGHT, Variant::from(*weight));
             }
-            let created = manager
-                .create_instances(profile, opts)
-                .await
-                .map_err(ClientError::from)?;
-            let snapshot = snapshot(&connection).await?;
+            let created = if wait_for_parent.is_some() || *no_wait {
+                if let Some(seconds) = wait_for_parent {
+                    opts.insert(option::WAIT_FOR_PARENT, Variant::from(*seconds));
+                }
+                // Subscribed before the call: the job may end before its path comes back.
+                let watch = jobs::JobWatch::subscribe(&connection).await?;
+                let job = manager
+                    .start_create_instances(profile, opts)
+                    .await
+                    .map_err(ClientError::from)?;
+                if *no_wait {
+                    if json {
+                        return print_json(&serde_json::json!({ "job": job.as_str() }));
+                    }
+                    outln!("{}", job.as_str());
+                    return Ok(());
+                }
+                if !json {
+                    eprintln!(
+                        "vgpuctl: job {} started (`vgpuctl job cancel {}` stops it)",
+                        job.as_str(),
+                        job.as_str().rsplit('/').next().unwrap_or_default()
+                    );
+                }
+                let end = watch.wait(&job).await?;
+                if !end.success {
+                    return Err(end.failure());
+                }
+                end.result_objects
+            } else {
+                manager
+                    .create_instances(profile, opts)
+                    .await
+                    .map_err(ClientError::from)?
+            };
+            let instances = list_instances(&connection).await?;
             let records: Vec<&InstanceRecord> = created
                 .iter()
-                .filter_map(|p| snapshot.instances.iter().find(|i| i.object == p.as_str()))
+                .filter_map(|p| instances.iter().find(|i| i.object == p.as_str()))
                 .collect();
             if json {
                 return print_json(&records);
@@ -372,40 +466,34 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Destroy { uuids, force } => {
-            let snapshot = snapshot(&connection).await?;
+            let instances = list_instances(&connection).await?;
             // Look every UUID up first, so a typo in the last one destroys nothing.
             let records = uuids
                 .iter()
-                .map(|u| find_instance(&snapshot, u))
+                .map(|u| {
+                    dbus_api::wire::find_instance(&instances, u)
+                        .ok_or_else(|| failure(ErrorKind::NotFound, format!("no instance {u}")))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
-            let mut destroyed = Vec::new();
-            for record in records {
-                let mut opts = options(&cli);
-            placement,
-            numa_node,
-            numa_strict,
-            force,
-                if *force {
-                    opts.insert(option::FORCE, Variant::from(true));
-                }
-            if let Some(placement) = placement {
-                opts.insert(option::PLACEMENT, Variant::from(placement.as_str()));
-            }
-            if let Some(node) = numa_node {
-                opts.insert(option::NUMA_NODE, Variant::from(*node));
-            }
-            if *numa_strict {
-                opts.insert(option::NUMA_STRICT, Variant::from(true));
-            }
+            let mut opts = options(&cli);
             if *force {
                 opts.insert(option::FORCE, Variant::from(true));
             }
+            let destroyed: Vec<String> = records.iter().map(|r| r.uuid.clone()).collect();
+            if let [record] = records.as_slice() {
                 instance_proxy(&connection, record)
                     .await?
                     .destroy(opts)
                     .await
                     .map_err(ClientError::from)?;
-                destroyed.push(record.uuid.clone());
+            } else {
+                // Several: one call, one state save, all checked before any is destroyed.
+                let uuids: Vec<&str> = destroyed.iter().map(String::as_str).collect();
+                manager(&connection)
+                    .await?
+                    .destroy_instances(&uuids, opts)
+                    .await
+                    .map_err(ClientError::from)?;
             }
             if json {
                 return print_json(&serde_json::json!({ "destroyed": destroyed }));
@@ -439,7 +527,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 );
             }
         }
-        Command::Sriov { parent, vfs, force } => {
+        Command::Sriov {
+            parent,
+            vfs,
+            force,
+            no_wait,
+        } => {
             let manager = ManagerProxy::new(&connection).await?;
             // Subscribe before calling: the job may finish before the reply arrives.
             let mut removed = manager.receive_job_removed().await?;
@@ -455,6 +548,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .set_num_vfs(*vfs, opts)
                 .await
                 .map_err(|e| sriov_error(e, parent))?;
+            if *no_wait {
+                if json {
+                    return print_json(&serde_json::json!({ "job": job.as_str() }));
+                }
+                outln!("{}", job.as_str());
+                return Ok(());
+            }
             while let Some(signal) = removed.next().await {
                 let args = signal.args()?;
                 if args.job.as_str() != job.as_str() {
@@ -473,13 +573,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 if done {
                     return Ok(());
                 }
-                return Err(job_failure(&args.message));
+                return Err(jobs::job_failure(&args.message));
             }
             return Err(Failure {
                 message: format!("the service went away before job {} finished", job.as_str()),
                 code: EXIT_UNAVAILABLE,
             });
         }
+        Command::Jobs => return jobs::list(&connection, json).await,
+        Command::Job {
+            action: JobAction::Cancel { job },
+        } => return jobs::cancel(&connection, job, options(&cli), json).await,
         Command::Permissions => {
             let manager = ManagerProxy::new(&connection).await?;
             let permissions: std::collections::BTreeMap<String, String> = manager
@@ -637,19 +741,6 @@ fn sriov_error(error: zbus::Error, parent: &str) -> Failure {
             )
         }
         other => Failure::from(other),
-    }
-}
-
-/// A job's failure message is `<Kind>: <message>`; the kind picks the exit status.
-fn job_failure(message: &str) -> Failure {
-    let code = message
-        .split_once(':')
-        .and_then(|(kind, _)| ErrorKind::ALL.into_iter().find(|k| k.short_name() == kind))
-        .unwrap_or(ErrorKind::Failed)
-        .exit_code();
-    Failure {
-        message: message.to_string(),
-        code,
     }
 }
 
