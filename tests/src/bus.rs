@@ -282,12 +282,19 @@ pub fn start_polkitd(bus: &TestBus) -> io::Result<Process> {
 /// The `mdev-manager` daemon on the simulated host, on the test bus, with its state in a
 /// fresh directory. `extra` are further arguments.
 pub fn start_service(bus: &TestBus, extra: &[&str]) -> io::Result<Process> {
+    start_service_on(bus, "default", extra)
+}
+
+/// [`start_service`] on another simulated host: a built-in topology name (`scale`) or a
+/// topology file.
+pub fn start_service_on(bus: &TestBus, topology: &str, extra: &[&str]) -> io::Result<Process> {
     let state = tempfile::Builder::new()
         .prefix("state-")
         .tempdir_in(bus.dir())?
         .keep();
     let child = Command::new(workspace_binary("mdev-manager"))
         .arg("--simulate")
+        .arg(topology)
         .arg("--state-dir")
         .arg(&state)
         .args(extra)
