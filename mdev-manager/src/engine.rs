@@ -931,10 +931,18 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let total = uuids.len();
         let mut keys = Vec::with_capacity(total);
+        let mut seen = HashSet::with_capacity(total);
         let mut any_persistent = false;
         for text in uuids {
             let uuid = names::parse_uuid(text)?;
             let key = uuid.to_string();
+            if !seen.insert(key.clone()) {
+                return Err(EngineError::InvalidArgument {
+                    what: "UUID",
+                    value: key,
+                    reason: "named twice in one batch".into(),
+                });
+            }
             match lock(&self.state).instances.get(&key) {
                 Some(record) => {
                     if let (Some(claim), false) = (&record.claim, options.force) {
@@ -968,6 +976,9 @@ impl Engine {
                 Ok(parent) => {
                     // Forgotten in memory now, durably with the one save below.
                     lock(&self.state).instances.remove(key);
+                    if let Some(record) = &record {
+                        self.after_vf_change(record, true);
+                    }
                     self.emit(EngineEvent::InstanceRemoved { uuid: key.clone() });
                     self.emit(EngineEvent::ParentChanged { parent });
                 }

@@ -222,6 +222,11 @@ impl Engine {
                 if self.host.echoes.take(EchoKind::Added, &event.sysname) => {}
             ("mdev", HostEventAction::Remove, _)
                 if self.host.echoes.take(EchoKind::Removed, &event.sysname) => {}
+            // Likewise the driver changes of a VF we took for an instance or gave back.
+            ("pci", HostEventAction::Bind, _)
+                if self.host.echoes.take(EchoKind::Bound, &event.sysname) => {}
+            ("pci", HostEventAction::Unbind, _)
+                if self.host.echoes.take(EchoKind::Unbound, &event.sysname) => {}
             ("mdev", HostEventAction::Add, _) => self.emit(EngineEvent::InstanceAdded {
                 uuid: event.sysname.clone(),
             }),

@@ -183,7 +183,8 @@ pub struct Host {
     pub fs: Arc<dyn HostFs>,
     /// Bounded writes.
     pub writer: BoundedWriter,
-    /// mdev uevents our own writes cause, so hotplug does not announce them a second time.
+    /// uevents our own writes cause (mdev add/remove, a VF's driver bind/unbind), so hotplug
+    /// does not announce them a second time.
     pub echoes: Arc<OwnEchoes>,
 }
 
@@ -191,16 +192,21 @@ pub struct Host {
 /// within milliseconds; the window only bounds what an event that never came can hide.
 const ECHO_WINDOW: Duration = Duration::from_secs(30);
 
-/// Whether an mdev uevent announces a device that appeared or one that went away.
+/// Which uevent one of our writes causes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EchoKind {
-    /// `add` (our `create` write).
+    /// mdev `add` (our `create` write).
     Added,
-    /// `remove` (our `remove` write).
+    /// mdev `remove` (our `remove` write).
     Removed,
+    /// PCI `bind` of a function (our `drivers_probe` write when taking or giving back a VF).
+    Bound,
+    /// PCI `unbind` of a function (our write to its driver's `unbind`).
+    Unbound,
 }
 
-/// The mdev `add`/`remove` uevents the service's own writes are about to cause. The engine
+/// The mdev `add`/`remove` and PCI `bind`/`unbind` uevents the service's own writes are about
+/// to cause. The engine
 /// announces its own changes itself (after recording them); the kernel's uevent for the same
 /// change is recognised here and dropped, while changes made outside the service still come
 /// through hotplug. Registered *before* the write, because the uevent can arrive before the
@@ -211,17 +217,18 @@ pub struct OwnEchoes {
 }
 
 impl OwnEchoes {
-    /// Notes that our write will cause `kind` for the mdev `uuid`.
-    pub fn expect(&self, kind: EchoKind, uuid: &uuid::Uuid) {
+    /// Notes that our write will cause `kind` for the device `id` (an mdev UUID, a PCI
+    /// address: the uevent's sysname).
+    pub fn expect(&self, kind: EchoKind, id: &str) {
         let now = std::time::Instant::now();
         let mut expected = lock(&self.expected);
         expected.retain(|_, since| now.duration_since(*since) < ECHO_WINDOW);
-        expected.insert((kind, uuid.to_string()), now);
+        expected.insert((kind, id.to_owned()), now);
     }
 
     /// Drops an expectation whose write failed (no uevent will come).
-    pub fn cancel(&self, kind: EchoKind, uuid: &uuid::Uuid) {
-        lock(&self.expected).remove(&(kind, uuid.to_string()));
+    pub fn cancel(&self, kind: EchoKind, id: &str) {
+        lock(&self.expected).remove(&(kind, id.to_owned()));
     }
 
     /// Whether a uevent is the echo of our own write (consumes the expectation).
@@ -231,19 +238,19 @@ impl OwnEchoes {
             .is_some_and(|since| since.elapsed() < ECHO_WINDOW)
     }
 
-    /// Writes `value` to `path` expecting `kind` for `uuid`; a write refused outright causes no
-    /// uevent, while one that timed out may still complete, so its expectation stays.
+    /// Runs `write` expecting `kind` for `id`; a write refused outright causes no uevent,
+    /// while one that timed out may still complete, so its expectation stays.
     fn around(
         &self,
         kind: EchoKind,
-        uuid: &uuid::Uuid,
+        id: &str,
         write: impl FnOnce() -> Result<(), EngineError>,
     ) -> Result<(), EngineError> {
-        self.expect(kind, uuid);
+        self.expect(kind, id);
         let result = write();
         if let Err(error) = &result {
             if !matches!(error, EngineError::WriteTimedOut { .. }) {
-                self.cancel(kind, uuid);
+                self.cancel(kind, id);
             }
         }
         result
@@ -298,7 +305,7 @@ impl Host {
         uuid: &uuid::Uuid,
         attributes: &[(String, String)],
     ) -> Result<(), EngineError> {
-        self.echoes.around(EchoKind::Added, uuid, || {
+        self.echoes.around(EchoKind::Added, &uuid.to_string(), || {
             self.write(
                 &layout::mdev_type(parent, type_id).join("create"),
                 &uuid.to_string(),
@@ -324,9 +331,10 @@ impl Host {
     /// Removes an mdev after checking nobody holds it.
     pub fn remove_mdev(&self, uuid: &uuid::Uuid) -> Result<(), EngineError> {
         self.check_mdev_not_held(uuid)?;
-        self.echoes.around(EchoKind::Removed, uuid, || {
-            self.write(&layout::mdev_device(uuid).join("remove"), "1")
-        })
+        self.echoes
+            .around(EchoKind::Removed, &uuid.to_string(), || {
+                self.write(&layout::mdev_device(uuid).join("remove"), "1")
+            })
     }
 
     /// Sets a PF's VF count: autoprobe off, `0` first when changing a non-zero count, then `n`.
@@ -385,12 +393,17 @@ impl Host {
             return Ok(None);
         }
         self.write(&dir.join("driver_override"), VFIO_PCI)?;
+        let id = vf.to_string();
         let bound = (|| {
             if let Some(driver) = &previous {
                 self.check_pci_not_held(vf)?;
-                self.write(&layout::pci_driver_file(driver, "unbind"), &vf.to_string())?;
+                self.echoes.around(EchoKind::Unbound, &id, || {
+                    self.write(&layout::pci_driver_file(driver, "unbind"), &id)
+                })?;
             }
-            self.write(Path::new(layout::PCI_DRIVERS_PROBE), &vf.to_string())?;
+            self.echoes.around(EchoKind::Bound, &id, || {
+                self.write(Path::new(layout::PCI_DRIVERS_PROBE), &id)
+            })?;
             let now = discovery::link_target_name(self.fs.as_ref(), &dir.join("driver"));
             if now.as_deref() != Some(VFIO_PCI) {
                 return Err(EngineError::NotSupported {
@@ -428,18 +441,20 @@ impl Host {
             return Ok(());
         }
         self.check_pci_not_held(vf)?;
+        let id = vf.to_string();
         if discovery::link_target_name(self.fs.as_ref(), &dir.join("driver")).as_deref()
             == Some(VFIO_PCI)
         {
-            self.write(
-                &layout::pci_driver_file(VFIO_PCI, "unbind"),
-                &vf.to_string(),
-            )?;
+            self.echoes.around(EchoKind::Unbound, &id, || {
+                self.write(&layout::pci_driver_file(VFIO_PCI, "unbind"), &id)
+            })?;
         }
         // An empty line clears the override (what `echo "" > driver_override` writes).
         self.write(&dir.join("driver_override"), "\n")?;
         if previous_driver.is_some() {
-            self.write(Path::new(layout::PCI_DRIVERS_PROBE), &vf.to_string())?;
+            self.echoes.around(EchoKind::Bound, &id, || {
+                self.write(Path::new(layout::PCI_DRIVERS_PROBE), &id)
+            })?;
         }
         Ok(())
     }

@@ -253,12 +253,31 @@ impl Engine {
             .cloned()
             .collect();
         let mut report = ReleaseReport::default();
+        // The transient ones go in one batch (one state save); if the batch stops part-way,
+        // the rest are tried one by one so each problem is reported against its instance.
+        let transient: Vec<String> = held
+            .iter()
+            .filter(|r| r.claim.as_ref().is_some_and(|c| c.transient))
+            .map(|r| r.uuid.clone())
+            .collect();
+        let batch = if transient.is_empty() {
+            Ok(())
+        } else {
+            self.destroy_batch(&transient, DestroyOptions { force: true })
+        };
         for record in held {
             let Some(claim) = record.claim.clone() else {
                 continue;
             };
             if claim.transient {
-                match self.destroy(&record.uuid, DestroyOptions { force: true }) {
+                let outcome = if batch.is_ok() {
+                    Ok(())
+                } else if !lock(&self.state).instances.contains_key(&record.uuid) {
+                    Ok(()) // destroyed by the batch before it stopped
+                } else {
+                    self.destroy(&record.uuid, DestroyOptions { force: true })
+                };
+                match outcome {
                     Ok(()) => report.destroyed.push(record.uuid.clone()),
                     Err(error) => report.problems.push(format!(
                         "destroying {} {}: {error}",

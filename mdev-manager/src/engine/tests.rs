@@ -1941,3 +1941,78 @@ fn nvidia_mixed_size_mode_comes_from_the_config_per_gpu() {
         Err(error) => assert!(!error.to_string().contains("T4-2Q"), "{error}"),
     }
 }
+
+#[test]
+fn a_vf_taken_and_given_back_is_announced_once_not_again_by_its_bind_uevents() {
+    let s = setup("samples");
+    s.engine
+        .set_num_vfs(NVME, 2, DestroyOptions::default())
+        .unwrap();
+    let events = s.engine.subscribe();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = s
+        .engine
+        .spawn_hotplug(Box::new(SimEvents(s.sim.subscribe())), Arc::clone(&stop));
+
+    let info = s
+        .engine
+        .create(CreateRequest::new(CreateTarget::Vf {
+            pf: NVME.into(),
+            vf: None,
+        }))
+        .unwrap();
+    s.engine
+        .destroy(&info.uuid, DestroyOptions::default())
+        .unwrap();
+    // An mdev made and removed outside the service after ours: the hotplug thread handles
+    // uevents in order, so once its removal is seen every echo of the VF's binds was handled.
+    let stranger = "11111111-2222-3333-4444-555555555555";
+    s.sim
+        .write(
+            Path::new("/sys/class/mdev_bus/mtty/mdev_supported_types/mtty-1/create"),
+            stranger.as_bytes(),
+        )
+        .unwrap();
+    s.sim
+        .write(
+            &Path::new("/sys/bus/mdev/devices")
+                .join(stranger)
+                .join("remove"),
+            b"1",
+        )
+        .unwrap();
+    let stranger_removed = EngineEvent::InstanceRemoved {
+        uuid: stranger.into(),
+    };
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !seen.contains(&stranger_removed) && std::time::Instant::now() < deadline {
+        if let Some(event) = events.recv_timeout(Duration::from_millis(50)) {
+            seen.push(event);
+        }
+    }
+    assert!(seen.contains(&stranger_removed), "{seen:?}");
+    let count = |wanted: EngineEvent| seen.iter().filter(|e| **e == wanted).count();
+    let uuid = info.uuid.clone();
+    assert_eq!(
+        count(EngineEvent::InstanceAdded { uuid: uuid.clone() }),
+        1,
+        "{seen:?}"
+    );
+    assert_eq!(
+        count(EngineEvent::InstanceChanged { uuid: uuid.clone() }),
+        0,
+        "the VF's bind/unbind uevents repeat nothing: {seen:?}"
+    );
+    assert_eq!(count(EngineEvent::InstanceRemoved { uuid }), 1, "{seen:?}");
+    // One ParentChanged for the create and one for the destroy, none from the uevents.
+    assert_eq!(
+        count(EngineEvent::ParentChanged {
+            parent: NVME.into()
+        }),
+        2,
+        "{seen:?}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    thread.join().unwrap();
+}
