@@ -2,14 +2,19 @@
 //!
 //! A domain asks for a vGPU in three ways (docs/libvirt.md has a complete example):
 //! * metadata in [`crate::NAMESPACE`] under `<metadata>`: `<vgpu:vgpus><vgpu:vgpu
-//!   profile='...' uuid='...' weight='...' parent='...' kind='...' pci_address='...'/>
-//!   </vgpu:vgpus>` (a lone `<vgpu:vgpu>` directly under `<metadata>` works too). These are
-//!   *declared*: the service creates them from their profile if they do not exist.
+//!   profile='...' uuid='...' weight='...' parent='...' kind='...' pci_address='...'
+//!   force='yes|no'/></vgpu:vgpus>` (a lone `<vgpu:vgpu>` directly under `<metadata>` works
+//!   too). These are *declared*: the service creates them from their profile if they do not
+//!   exist. `force='yes'` (pass-through only) takes the GPU's IOMMU group even if a member of
+//!   it serves the host.
 //! * `<hostdev mode='subsystem' type='mdev'>` naming a UUID: a *reference* to an instance that
 //!   may be a persistent one the service knows; the service skips UUIDs it does not manage,
 //!   because they may belong to mdevctl or to the admin.
 //! * `<hostdev mode='subsystem' type='pci' managed='no'>`: a reference to a VF by address,
-//!   under the same rule.
+//!   under the same rule. A pass-through is attached the same way: the service binds the GPU's
+//!   group to vfio-pci, so its hostdev must be `managed='no'` (with `managed='yes'` libvirt
+//!   would rebind it behind the service's back); a pass-through entry paired with a managed
+//!   hostdev is refused.
 //!
 //! A metadata entry and a hostdev that name the same UUID (or PCI address) are one device. A
 //! metadata entry without a UUID (or address) takes the first hostdev of its kind that no entry
@@ -91,6 +96,9 @@ pub struct ClaimedDevice {
     pub weight: Option<u32>,
     /// The PCI address (VF and passthrough).
     pub pci_address: Option<PciAddress>,
+    /// Passthrough: take the GPU's IOMMU group even if a member serves the host
+    /// (`force='yes'`).
+    pub force: bool,
     /// Where it came from.
     pub source: DeviceSource,
 }
@@ -241,6 +249,17 @@ pub enum PlanError {
         /// `uuid` or `pci_address`.
         key: &'static str,
     },
+    /// A pass-through entry whose `<hostdev>` is `managed='yes'`: libvirt would bind and
+    /// unbind the device itself, behind the service that owns the group's binding.
+    #[error(
+        "metadata vgpu #{index} (kind passthrough) is attached by the <hostdev type='pci'> of {address}, which has managed='yes'; the service binds a pass-through GPU's IOMMU group itself, so the hostdev must say managed='no'"
+    )]
+    ManagedPassthrough {
+        /// 1-based position among the metadata entries.
+        index: usize,
+        /// The hostdev's PCI address.
+        address: PciAddress,
+    },
 }
 
 /// Parses a domain XML into a claim plan. Pure; the fuzzing entry point.
@@ -271,6 +290,7 @@ struct MetadataEntry {
     parent: Option<String>,
     weight: Option<u32>,
     pci_address: Option<PciAddress>,
+    force: bool,
 }
 
 #[derive(Debug, Default)]
@@ -600,6 +620,7 @@ fn metadata_entry(
         parent: None,
         weight: None,
         pci_address: None,
+        force: false,
     };
     for attribute in start.attributes() {
         let attribute = attribute.map_err(|source| PlanError::Malformed {
@@ -673,12 +694,19 @@ fn metadata_entry(
                     }
                 })?)
             }
+            b"force" => {
+                entry.force = match value.trim() {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Err(bad("force", "yes or no")),
+                }
+            }
             other => {
                 return Err(PlanError::BadAttribute {
                     element,
                     attribute: lossy(other),
                     value,
-                    expected: "one of kind, profile, uuid, weight, parent, pci_address",
+                    expected: "one of kind, profile, uuid, weight, parent, pci_address, force",
                 })
             }
         }
@@ -701,6 +729,14 @@ fn metadata_entry(
                 expected: "no uuid on kind vf or passthrough (they are named by pci_address)",
             });
         }
+    }
+    if entry.force && entry.kind != DeviceKind::Passthrough {
+        return Err(PlanError::BadAttribute {
+            element,
+            attribute: "force".to_owned(),
+            value: "yes".to_owned(),
+            expected: "force only on kind passthrough",
+        });
     }
     if entry.kind == DeviceKind::Passthrough
         && entry.profile.is_some()
@@ -770,6 +806,7 @@ fn pair(parsed: ParsedDomain) -> Result<ClaimPlan, PlanError> {
         };
         let source = match found {
             Some(index) => {
+                check_passthrough_unmanaged(position, entry, &parsed.hostdevs[index])?;
                 used[index] = true;
                 DeviceSource::MetadataAndHostdev
             }
@@ -790,11 +827,26 @@ fn pair(parsed: ParsedDomain) -> Result<ClaimPlan, PlanError> {
             !used[index]
                 && match (entry.kind, h) {
                     (DeviceKind::Mdev, HostdevRef::Mdev(_)) => true,
-                    (DeviceKind::Vf, HostdevRef::Pci { managed, .. }) => !managed,
-                    (DeviceKind::Passthrough, HostdevRef::Pci { .. }) => true,
+                    (DeviceKind::Vf | DeviceKind::Passthrough, HostdevRef::Pci { managed, .. }) => {
+                        !managed
+                    }
                     _ => false,
                 }
         });
+        // A pass-through with only a managed PCI hostdev left: say what is wrong with it
+        // rather than that nothing could be paired.
+        let candidate = candidate.or_else(|| {
+            (entry.kind == DeviceKind::Passthrough)
+                .then(|| {
+                    parsed.hostdevs.iter().enumerate().position(|(index, h)| {
+                        !used[index] && matches!(h, HostdevRef::Pci { managed: true, .. })
+                    })
+                })
+                .flatten()
+        });
+        if let Some(index) = candidate {
+            check_passthrough_unmanaged(position, entry, &parsed.hostdevs[index])?;
+        }
         let Some(index) = candidate else {
             return Err(PlanError::Unpaired {
                 index: position + 1,
@@ -832,6 +884,7 @@ fn pair(parsed: ParsedDomain) -> Result<ClaimPlan, PlanError> {
                 parent: None,
                 weight: None,
                 pci_address: None,
+                force: false,
                 source: DeviceSource::Hostdev,
             },
             // A managed PCI hostdev is libvirt's to bind and unbind; only unmanaged ones can be
@@ -847,6 +900,7 @@ fn pair(parsed: ParsedDomain) -> Result<ClaimPlan, PlanError> {
                 parent: None,
                 weight: None,
                 pci_address: Some(*address),
+                force: false,
                 source: DeviceSource::Hostdev,
             },
         };
@@ -857,6 +911,27 @@ fn pair(parsed: ParsedDomain) -> Result<ClaimPlan, PlanError> {
         domain_uuid: parsed.uuid,
         devices,
     })
+}
+
+/// A pass-through entry must be attached by an unmanaged PCI hostdev (the service binds it).
+fn check_passthrough_unmanaged(
+    position: usize,
+    entry: &MetadataEntry,
+    hostdev: &HostdevRef,
+) -> Result<(), PlanError> {
+    match (entry.kind, hostdev) {
+        (
+            DeviceKind::Passthrough,
+            HostdevRef::Pci {
+                address,
+                managed: true,
+            },
+        ) => Err(PlanError::ManagedPassthrough {
+            index: position + 1,
+            address: *address,
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn device_from_entry(
@@ -872,6 +947,7 @@ fn device_from_entry(
         parent: entry.parent.clone(),
         weight: entry.weight,
         pci_address,
+        force: entry.force,
         source,
     }
 }
@@ -944,6 +1020,7 @@ mod tests {
                     parent: Some("0000:3b:00.0".into()),
                     weight: Some(200),
                     pci_address: None,
+                    force: false,
                     source: DeviceSource::MetadataAndHostdev,
                 },
                 // No uuid in the metadata: takes the hostdev no entry names.
@@ -954,6 +1031,7 @@ mod tests {
                     parent: None,
                     weight: None,
                     pci_address: None,
+                    force: false,
                     source: DeviceSource::MetadataAndHostdev,
                 },
                 ClaimedDevice {
@@ -963,6 +1041,7 @@ mod tests {
                     parent: None,
                     weight: None,
                     pci_address: Some(address("0000:3b:00.4")),
+                    force: false,
                     source: DeviceSource::MetadataAndHostdev,
                 },
             ]
@@ -1026,12 +1105,74 @@ mod tests {
     }
 
     #[test]
-    fn passthrough_metadata_claims_a_managed_hostdev_by_address() {
+    fn passthrough_metadata_claims_an_unmanaged_hostdev_by_address() {
         let plan = plan_from_xml(&fixture("domains/passthrough.xml")).unwrap();
         assert_eq!(plan.devices.len(), 1);
         assert_eq!(plan.devices[0].kind, DeviceKind::Passthrough);
         assert_eq!(plan.devices[0].pci_address, Some(address("0000:65:00.0")));
         assert_eq!(plan.devices[0].source, DeviceSource::MetadataAndHostdev);
+        assert!(!plan.devices[0].force);
+    }
+
+    const GPU_HOSTDEV_MANAGED: &str = "<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' bus='0x65' slot='0x00' function='0x0'/></source></hostdev>";
+
+    #[test]
+    fn passthrough_with_a_managed_hostdev_is_refused_naming_entry_and_address() {
+        // Named by address, and paired by position: the same refusal.
+        for entry in [
+            "<vgpu:vgpu kind='passthrough' pci_address='0000:65:00.0'/>",
+            "<vgpu:vgpu kind='passthrough'/>",
+        ] {
+            let error = plan_from_xml(&with_metadata(entry, GPU_HOSTDEV_MANAGED)).unwrap_err();
+            assert!(
+                matches!(error, PlanError::ManagedPassthrough { index: 1, .. }),
+                "{error:?}"
+            );
+            let message = error.to_string();
+            assert!(message.contains("0000:65:00.0"), "{message}");
+            assert!(message.contains("managed='no'"), "{message}");
+        }
+        // A managed NIC next to the GPU's unmanaged hostdev: the entry takes the GPU's.
+        let unmanaged = GPU_HOSTDEV_MANAGED
+            .replace("managed='yes'", "managed='no'")
+            .replace("bus='0x65'", "bus='0x66'");
+        let nic = GPU_HOSTDEV_MANAGED.replace("bus='0x65'", "bus='0x02'");
+        let plan = plan_from_xml(&with_metadata(
+            "<vgpu:vgpu kind='passthrough'/>",
+            &format!("{nic}{unmanaged}"),
+        ))
+        .unwrap();
+        assert_eq!(plan.devices.len(), 1);
+        assert_eq!(plan.devices[0].pci_address, Some(address("0000:66:00.0")));
+    }
+
+    #[test]
+    fn force_attribute_is_yes_or_no_and_passthrough_only() {
+        let unmanaged = GPU_HOSTDEV_MANAGED.replace("managed='yes'", "managed='no'");
+        let plan = plan_from_xml(&with_metadata(
+            "<vgpu:vgpu kind='passthrough' pci_address='0000:65:00.0' force='yes'/>",
+            &unmanaged,
+        ))
+        .unwrap();
+        assert!(plan.devices[0].force);
+        let error = plan_from_xml(&with_metadata(
+            "<vgpu:vgpu kind='passthrough' force='true'/>",
+            &unmanaged,
+        ))
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "metadata vgpu #1 has force='true'; expected yes or no"
+        );
+        let error = plan_from_xml(&with_metadata(
+            "<vgpu:vgpu profile='a' force='yes'/>",
+            MDEV_HOSTDEV,
+        ))
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("force only on kind passthrough"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -1153,7 +1294,7 @@ mod tests {
     #[test]
     fn bad_metadata_is_refused_naming_the_entry_and_attribute() {
         let cases: [(&str, &str); 8] = [
-            ("<vgpu:vgpu profle='a'/>", "metadata vgpu #1 has profle='a'; expected one of kind, profile, uuid, weight, parent, pci_address"),
+            ("<vgpu:vgpu profle='a'/>", "metadata vgpu #1 has profle='a'; expected one of kind, profile, uuid, weight, parent, pci_address, force"),
             ("<vgpu:vgpu profile='a' weight='heavy'/>", "metadata vgpu #1 has weight='heavy'; expected a whole number"),
             ("<vgpu:vgpu profile='a' kind='gpu'/>", "metadata vgpu #1 has kind='gpu'; expected mdev, vf or passthrough"),
             ("<vgpu:vgpu profile='a' uuid='not-a-uuid'/>", "metadata vgpu #1 uuid holds 'not-a-uuid', which is not a UUID"),

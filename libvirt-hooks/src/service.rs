@@ -105,6 +105,10 @@ pub fn device_dict(device: &ClaimedDevice) -> HashMap<&'static str, Variant<'sta
     if let Some(address) = &device.pci_address {
         dict.insert(device_key::PCI_ADDRESS, Variant::from(address.to_string()));
     }
+    // Only when asked for: a service older than the key refuses unknown keys.
+    if device.force {
+        dict.insert(device_key::FORCE, Variant::from(true));
+    }
     dict
 }
 
@@ -311,6 +315,7 @@ mod tests {
             parent: None,
             weight: Some(300),
             pci_address: Some("0000:3b:00.4".parse().unwrap()),
+            force: false,
             source: DeviceSource::Metadata,
         };
         let dict = device_dict(&device);
