@@ -1,0 +1,382 @@
+//! Long operations as Jobs, over a real bus with the service as a separate process on the
+//! simulated host: a VF bind and a whole-GPU pass-through bind complete as jobs (and their
+//! release returns the devices), a claim waiting for its VF completes once SR-IOV enables it,
+//! a wait that runs out is `TimedOut` naming the parent, and `vgpuctl` waits for jobs, prints
+//! them with `--no-wait`, lists them and refuses bad job names.
+
+use std::collections::HashMap;
+
+use dbus_api::names::{interface, option, BUS_NAME, ROOT_PATH};
+use dbus_api::proxy::{ManagerProxy, SriovProxy};
+use dbus_api::{path, ErrorKind};
+use e2e_tests::bus::{repo_root, start_service, start_service_on, vgpuctl, TestBus};
+use futures_util::StreamExt;
+use serde_json::Value;
+use zbus::message::Type;
+use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath, OwnedVariant, Variant};
+
+const DOMAIN_UUID: &str = "6f1c3a2e-0b9d-4e57-9a11-2c3d4e5f6a7b";
+
+async fn connect(bus: &TestBus) -> Connection {
+    zbus::connection::Builder::address(bus.address().as_str())
+        .build()
+        .await
+        .expect("connect to the test bus")
+}
+
+/// Every signal the service sends, subscribed before a job starts.
+async fn service_signals(connection: &Connection) -> MessageStream {
+    let rule = MatchRule::builder()
+        .msg_type(Type::Signal)
+        .sender(BUS_NAME)
+        .path_namespace(ROOT_PATH)
+        .build()
+        .expect("match rule");
+    MessageStream::for_match_rule(rule, connection, None)
+        .await
+        .expect("subscribe")
+}
+
+/// What the service announced about one job, in order.
+#[derive(Debug, Default)]
+struct JobSignals {
+    /// `Manager.JobNew` operation.
+    operation: Option<String>,
+    /// `Job.Completed`.
+    completed: Option<(bool, String)>,
+    /// `Job.ResultObjects` from the final `PropertiesChanged`.
+    result_objects: Vec<String>,
+    /// `Manager.JobRemoved` (result, message).
+    removed: (String, String),
+}
+
+async fn wait_job(signals: &mut MessageStream, job: &OwnedObjectPath) -> JobSignals {
+    let mut seen = JobSignals::default();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let message = tokio::time::timeout_at(deadline, signals.next())
+            .await
+            .expect("the job ends")
+            .expect("signal stream open")
+            .expect("signal");
+        let header = message.header();
+        let member = header.member().map(|m| m.to_string()).unwrap_or_default();
+        let on_job = header.path().map(|p| p.as_str()) == Some(job.as_str());
+        match member.as_str() {
+            "JobNew" => {
+                let (path, operation): (OwnedObjectPath, String) =
+                    message.body().deserialize().unwrap();
+                if &path == job {
+                    seen.operation = Some(operation);
+                }
+            }
+            "Completed" if on_job => {
+                seen.completed = Some(message.body().deserialize().unwrap());
+            }
+            "PropertiesChanged" if on_job => {
+                let (_, changed, _): (String, HashMap<String, OwnedVariant>, Vec<String>) =
+                    message.body().deserialize().unwrap();
+                if let Some(objects) = changed.get("ResultObjects") {
+                    let objects: Vec<OwnedObjectPath> =
+                        objects.try_clone().unwrap().try_into().unwrap();
+                    seen.result_objects = objects.iter().map(|o| o.to_string()).collect();
+                }
+            }
+            "JobRemoved" => {
+                let (path, result, text): (OwnedObjectPath, String, String) =
+                    message.body().deserialize().unwrap();
+                if &path == job {
+                    seen.removed = (result, text);
+                    return seen;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn device(kind: &str, pci_address: &str) -> HashMap<&'static str, Variant<'static>> {
+    HashMap::from([
+        ("kind", Variant::from(kind.to_owned())),
+        ("pci_address", Variant::from(pci_address.to_owned())),
+    ])
+}
+
+/// `(kind, pci_address, holder)` of every instance the service exports.
+async fn instances(connection: &Connection) -> Vec<(String, String, String)> {
+    let objects = zbus::fdo::ObjectManagerProxy::builder(connection)
+        .destination(BUS_NAME)
+        .path(ROOT_PATH)
+        .build()
+        .await
+        .unwrap()
+        .get_managed_objects()
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    for interfaces in objects.values() {
+        let Some((_, props)) = interfaces
+            .iter()
+            .find(|(name, _)| name.as_str() == interface::INSTANCE)
+        else {
+            continue;
+        };
+        let text = |key: &str| -> String {
+            props
+                .get(key)
+                .and_then(|v| v.try_clone().ok())
+                .and_then(|v| String::try_from(v).ok())
+                .unwrap_or_default()
+        };
+        found.push((text("Kind"), text("PciAddress"), text("Holder")));
+    }
+    found.sort();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vf_bind_and_release_run_as_jobs() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let connection = connect(&bus).await;
+    let manager = ManagerProxy::new(&connection).await.unwrap();
+    let mut signals = service_signals(&connection).await;
+
+    // The S7150's GIM driver enabled 4 VFs at load; claim the first one for a VM.
+    let job = manager
+        .start_prepare_domain(
+            "vm-jobs",
+            DOMAIN_UUID,
+            vec![device("vf", "0000:0c:02.0")],
+            HashMap::new(),
+        )
+        .await
+        .expect("StartPrepareDomain");
+    assert!(job.as_str().starts_with("/org/mdevmanager/VGpu1/jobs/"));
+    let seen = wait_job(&mut signals, &job).await;
+    assert_eq!(seen.operation.as_deref(), Some("prepare-domain"));
+    assert_eq!(seen.removed.0, "done", "{seen:?}");
+    let (success, message) = seen.completed.clone().expect("Completed signal");
+    assert!(success, "{message}");
+    assert!(message.starts_with("domain vm-jobs holds "), "{message}");
+    assert_eq!(seen.result_objects.len(), 1, "{seen:?}");
+    let held = instances(&connection).await;
+    assert_eq!(
+        held,
+        vec![("vf".into(), "0000:0c:02.0".into(), "vm-jobs".into())]
+    );
+    // The published instance is the one the job reports.
+    assert!(seen.result_objects[0].starts_with("/org/mdevmanager/VGpu1/instances/_"));
+
+    // Release as a job: the VF goes back and the instance away.
+    let job = manager
+        .start_release_domain("vm-jobs", DOMAIN_UUID, HashMap::new())
+        .await
+        .expect("StartReleaseDomain");
+    let seen = wait_job(&mut signals, &job).await;
+    assert_eq!(seen.operation.as_deref(), Some("release-domain"));
+    assert_eq!(seen.removed.0, "done", "{seen:?}");
+    assert!(seen.removed.1.contains("1 destroyed"), "{}", seen.removed.1);
+    assert!(instances(&connection).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn passthrough_bind_runs_as_a_job_and_failures_carry_their_kind() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let topology = repo_root().join("mdev-manager/topologies/passthrough.toml");
+    let topology = topology.to_str().expect("utf-8 path");
+    let _service = start_service_on(&bus, topology, &[]).expect("mdev-manager");
+    let connection = connect(&bus).await;
+    let manager = ManagerProxy::new(&connection).await.unwrap();
+    let mut signals = service_signals(&connection).await;
+
+    let job = manager
+        .start_prepare_domain(
+            "vm-gpu",
+            DOMAIN_UUID,
+            vec![device("passthrough", "0000:41:00.0")],
+            HashMap::new(),
+        )
+        .await
+        .expect("StartPrepareDomain");
+    let seen = wait_job(&mut signals, &job).await;
+    assert_eq!(seen.removed.0, "done", "{seen:?}");
+    assert_eq!(seen.completed.as_ref().map(|c| c.0), Some(true));
+    assert_eq!(
+        instances(&connection).await,
+        vec![("passthrough".into(), "0000:41:00.0".into(), "vm-gpu".into())]
+    );
+
+    // The T400 shares its group with the host's NIC: the job fails with the synchronous
+    // path's error kind (InUse), naming the member, and binds nothing.
+    let job = manager
+        .start_prepare_domain(
+            "vm-other",
+            "6f1c3a2e-0b9d-4e57-9a11-2c3d4e5f6a7c",
+            vec![device("passthrough", "0000:61:00.0")],
+            HashMap::new(),
+        )
+        .await
+        .expect("StartPrepareDomain");
+    let seen = wait_job(&mut signals, &job).await;
+    assert_eq!(seen.removed.0, "failed", "{seen:?}");
+    let (success, message) = seen.completed.clone().expect("Completed");
+    assert!(!success);
+    assert!(message.starts_with("InUse: "), "{message}");
+    assert!(message.contains("0000:62:00.0"), "{message}");
+    assert_eq!(seen.removed.1, message);
+    assert_eq!(instances(&connection).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_waiting_for_its_vf_completes_once_sriov_enables_it_or_times_out() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let connection = connect(&bus).await;
+    let manager = ManagerProxy::new(&connection).await.unwrap();
+    let mut signals = service_signals(&connection).await;
+
+    // The H200's VFs are not enabled yet: the first one (offset 4) does not exist.
+    let options = HashMap::from([(option::WAIT_FOR_PARENT, Variant::from(60u32))]);
+    let waiting = manager
+        .start_prepare_domain(
+            "vm-wait",
+            DOMAIN_UUID,
+            vec![device("vf", "0000:4b:00.4")],
+            options,
+        )
+        .await
+        .expect("StartPrepareDomain");
+    let sriov = SriovProxy::builder(&connection)
+        .path(path::parent_path("0000:4b:00.0"))
+        .build()
+        .await
+        .unwrap();
+    let enable = sriov
+        .set_num_vfs(4, HashMap::new())
+        .await
+        .expect("SetNumVfs");
+    // Both jobs end; the claim's only after the VF appeared.
+    let mut results = HashMap::new();
+    while results.len() < 2 {
+        let message = signals.next().await.unwrap().unwrap();
+        if message.header().member().map(|m| m.as_str()) != Some("JobRemoved") {
+            continue;
+        }
+        let (path, result, text): (OwnedObjectPath, String, String) =
+            message.body().deserialize().unwrap();
+        results.insert(path, (result, text));
+    }
+    assert_eq!(results[&enable].0, "done", "{results:?}");
+    assert_eq!(results[&waiting].0, "done", "{results:?}");
+    assert_eq!(
+        instances(&connection).await,
+        vec![("vf".into(), "0000:4b:00.4".into(), "vm-wait".into())]
+    );
+
+    // A VF that never comes: TimedOut naming it, nothing claimed.
+    let options = HashMap::from([(option::WAIT_FOR_PARENT, Variant::from(1u32))]);
+    let job = manager
+        .start_prepare_domain(
+            "vm-never",
+            "6f1c3a2e-0b9d-4e57-9a11-2c3d4e5f6a7d",
+            vec![device("vf", "0000:4b:02.0")],
+            options,
+        )
+        .await
+        .expect("StartPrepareDomain");
+    let seen = wait_job(&mut signals, &job).await;
+    assert_eq!(seen.removed.0, "failed", "{seen:?}");
+    assert!(
+        seen.removed
+            .1
+            .starts_with("TimedOut: parent 0000:4b:02.0 did not appear within 1s"),
+        "{}",
+        seen.removed.1
+    );
+    assert_eq!(instances(&connection).await.len(), 1);
+
+    // Out of range: refused before any job starts.
+    let options = HashMap::from([(option::WAIT_FOR_PARENT, Variant::from(0u32))]);
+    let error = manager
+        .start_create_instances("nvidia-t4-2q", options)
+        .await
+        .expect_err("wait-for-parent 0");
+    let error = dbus_api::ClientError::from(error);
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
+    assert!(error.to_string().contains("wait-for-parent"), "{error}");
+}
+
+fn json(output: &std::process::Output) -> Value {
+    assert!(
+        output.status.success(),
+        "vgpuctl failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON")
+}
+
+#[test]
+fn vgpuctl_waits_for_create_jobs_prints_them_with_no_wait_and_lists_jobs() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+
+    // Waits for the job and prints the instances like a plain create.
+    let created = json(&vgpuctl(
+        &bus,
+        None,
+        &[
+            "--json",
+            "create",
+            "nvidia-t4-2q",
+            "--count",
+            "2",
+            "--wait-for-parent",
+            "5",
+        ],
+    ));
+    let created = created.as_array().expect("array of instances");
+    assert_eq!(created.len(), 2, "{created:?}");
+    assert!(created.iter().all(|i| i["profile"] == "nvidia-t4-2q"));
+
+    // A failed job exits with its kind's status and message.
+    let output = vgpuctl(
+        &bus,
+        None,
+        &["create", "no-such-profile", "--wait-for-parent", "5"],
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(ErrorKind::NotFound.exit_code() as i32)
+    );
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no-such-profile"));
+
+    // --no-wait prints the job's path at once.
+    let started = json(&vgpuctl(
+        &bus,
+        None,
+        &["--json", "create", "nvidia-t4-2q", "--no-wait"],
+    ));
+    assert!(started["job"]
+        .as_str()
+        .is_some_and(|job| job.starts_with("/org/mdevmanager/VGpu1/jobs/")));
+
+    // `jobs` lists what runs (an array, possibly empty by now).
+    let jobs = json(&vgpuctl(&bus, None, &["--json", "jobs"]));
+    assert!(jobs.is_array(), "{jobs}");
+
+    // Cancelling a job that has ended, or one named wrongly.
+    let output = vgpuctl(&bus, None, &["job", "cancel", "999"]);
+    assert_eq!(
+        output.status.code(),
+        Some(ErrorKind::NotFound.exit_code() as i32),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let output = vgpuctl(&bus, None, &["job", "cancel", "/org/elsewhere/1"]);
+    assert_eq!(
+        output.status.code(),
+        Some(ErrorKind::InvalidArgs.exit_code() as i32)
+    );
+}
