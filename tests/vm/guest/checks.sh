@@ -731,7 +731,12 @@ pt_setup() {
   remember pt_audio "$audio"
   remember pt_group "$group"
   pt_host_drivers_back >/dev/null || return 1
-  echo "group $group: $(pt_group_drivers) (class $(cat "/sys/bus/pci/devices/$gpu/class"), $(cat "/sys/bus/pci/devices/$audio/class"))"
+  local d ids=""
+  for d in "$gpu" "$audio"; do
+    d="/sys/bus/pci/devices/$d"
+    ids+=" $(cat "$d/vendor" "$d/device" "$d/subsystem_vendor" "$d/subsystem_device" "$d/class" | tr '\n' ':' | sed 's/:$//')"
+  done
+  echo "group $group: $(pt_group_drivers) (vendor:device:subsystem:class$ids)"
 }
 
 # The service with a passthrough profile matching the stand-in (restarted to read it).
