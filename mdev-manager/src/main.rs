@@ -100,7 +100,7 @@ impl ConfigFile {
         let numa_node = self
             .numa_node
             .map(|node| {
-                u32::try_from(node).with_context(|| {
+                u32::try_from(node).ok().with_context(|| {
                     format!("config file {file}: numa_node = {node}: expected a NUMA node number (0 or more)")
                 })
             })
