@@ -227,7 +227,11 @@ mod tests {
         }
         let error = placement_of(&[("numa-strict", Variant::from(true))]).unwrap_err();
         assert_eq!(error.kind(), dbus_api::ErrorKind::InvalidArgs);
-        assert!(error.message().contains("numa-strict"), "{}", error.message());
+        assert!(
+            error.message().contains("numa-strict"),
+            "{}",
+            error.message()
+        );
         assert!(error.message().contains("numa-node"), "{}", error.message());
         // A signed or string node is a type error naming the key, not a silent default.
         for value in [Variant::from(-1i32), Variant::from("1")] {
