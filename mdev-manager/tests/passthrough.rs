@@ -1,7 +1,7 @@
 //! Whole-GPU pass-through on the simulated host (`topologies/passthrough.toml`): bind and
 //! release of a two-function group behind a bridge, refusals (host-used member, shared GPU,
 //! held group, second domain), crash mid-bind and mid-release followed by reconcile, and
-//! pass-through profiles.
+//! pass-through profiles; and the VM tier's stand-in GPU as the `samples` topology mirrors it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -461,4 +461,58 @@ fn an_autostart_passthrough_is_bound_again_after_a_reboot() {
         restarted.passthrough_binding(&info.uuid).unwrap().phase,
         BindPhase::Bound
     );
+}
+
+/// The VM tier's stand-in GPU as the `samples` topology mirrors it (bochs-display + HDA, one
+/// group, drivers loaded by the guest's `passthrough` group): the same bind and release the
+/// real kernel runs in `tests/vm` (`group_passthrough`).
+#[test]
+fn the_vm_tier_stand_in_gpu_binds_and_returns_on_the_samples_topology() {
+    const STAND_IN: &str = "0000:02:00.0";
+    const STAND_IN_AUDIO: &str = "0000:02:00.1";
+    let sim = SimHost::builtin("samples").unwrap();
+    // Unbound at boot, as in the guest before it loads the drivers.
+    assert_eq!(driver(&sim, STAND_IN), None);
+    sim.load_module("bochs").unwrap();
+    sim.load_module("snd_hda_intel").unwrap();
+    assert_eq!(driver(&sim, STAND_IN).as_deref(), Some("bochs-drm"));
+    assert_eq!(
+        driver(&sim, STAND_IN_AUDIO).as_deref(),
+        Some("snd_hda_intel")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(&sim, dir.path(), Duration::from_secs(5));
+
+    let survey = engine.passthrough_group(STAND_IN).unwrap();
+    let roles: Vec<(String, MemberRole, Option<String>)> = survey
+        .members
+        .iter()
+        .map(|m| (m.address.to_string(), m.role, m.host_use.clone()))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            (STAND_IN.into(), MemberRole::Gpu, None),
+            (STAND_IN_AUDIO.into(), MemberRole::Function, None),
+        ]
+    );
+
+    let group = group_of(&sim, STAND_IN);
+    let info = engine.create(passthrough(STAND_IN, false)).unwrap();
+    assert!(info.active);
+    assert_eq!(driver(&sim, STAND_IN).as_deref(), Some("vfio-pci"));
+    assert_eq!(driver(&sim, STAND_IN_AUDIO).as_deref(), Some("vfio-pci"));
+    assert!(sim.exists(Path::new(&format!("/dev/vfio/{group}"))));
+
+    engine
+        .destroy(&info.uuid, DestroyOptions::default())
+        .unwrap();
+    assert_eq!(driver(&sim, STAND_IN).as_deref(), Some("bochs-drm"));
+    assert_eq!(
+        driver(&sim, STAND_IN_AUDIO).as_deref(),
+        Some("snd_hda_intel")
+    );
+    assert_eq!(override_of(&sim, STAND_IN), "(null)\n");
+    assert_eq!(override_of(&sim, STAND_IN_AUDIO), "(null)\n");
+    assert!(!sim.exists(Path::new(&format!("/dev/vfio/{group}"))));
 }
