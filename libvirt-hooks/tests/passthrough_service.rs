@@ -142,3 +142,54 @@ fn the_hook_binds_the_gpu_group_at_prepare_refuses_a_second_domain_and_returns_i
     );
     assert_eq!(instances(&bus)[0]["holder"], "vm-b");
 }
+
+/// A domain asking for the T400 that shares its IOMMU group with the host's NIC.
+fn nic_group_domain(name: &str, uuid: &str, force: Option<&str>) -> String {
+    let force = force.map(|f| format!(" force='{f}'")).unwrap_or_default();
+    format!(
+        "<domain type='kvm'>\n  <name>{name}</name>\n  <uuid>{uuid}</uuid>\n  <metadata>\n    \
+         <vgpu:vgpus xmlns:vgpu=\"{ns}\">\n      <vgpu:vgpu kind='passthrough' pci_address='0000:61:00.0'{force}/>\n    \
+         </vgpu:vgpus>\n  </metadata>\n  <devices>\n    <hostdev mode='subsystem' type='pci' managed='no'>\n      \
+         <source>\n        <address domain='0x0000' bus='0x61' slot='0x00' function='0x0'/>\n      \
+         </source>\n    </hostdev>\n  </devices>\n</domain>\n",
+        ns = libvirt_hooks::NAMESPACE
+    )
+}
+
+#[test]
+fn metadata_force_takes_a_group_with_a_host_nic_that_is_refused_without_it() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let root = tempfile::tempdir().unwrap();
+    let _daemon = start_daemon(&bus, root.path());
+
+    // Without force: the hook fails the start, naming the NIC, its driver and why.
+    for force in [None, Some("no")] {
+        let xml = nic_group_domain("vm-nic", VM_A, force);
+        let output = hook(&bus, root.path(), "vm-nic", "prepare", "begin", &xml);
+        assert_eq!(output.status.code(), Some(1), "{}", stderr_of(&output));
+        let stderr = stderr_of(&output);
+        for needle in ["0000:62:00.0", "igb", "network controller"] {
+            assert!(stderr.contains(needle), "{needle}: {stderr}");
+        }
+        assert!(instances(&bus).is_empty(), "a refusal binds nothing");
+    }
+
+    // force='yes': the GPU and the NIC go to vfio-pci; the guest gets both.
+    let xml = nic_group_domain("vm-nic", VM_A, Some("yes"));
+    let output = hook(&bus, root.path(), "vm-nic", "prepare", "begin", &xml);
+    assert!(output.status.success(), "prepare: {}", stderr_of(&output));
+    let list = instances(&bus);
+    assert_eq!(list.len(), 1, "{list:?}");
+    let uuid = list[0]["uuid"].as_str().unwrap().to_owned();
+    let output = vgpuctl(&bus, None, &["xml", &uuid]);
+    let xml_out = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(xml_out.matches("managed='no'").count(), 2, "{xml_out}");
+    assert!(
+        xml_out.contains("bus='0x62' slot='0x00' function='0x0'"),
+        "{xml_out}"
+    );
+
+    let output = hook(&bus, root.path(), "vm-nic", "release", "end", &xml);
+    assert!(output.status.success(), "release: {}", stderr_of(&output));
+    assert!(instances(&bus).is_empty(), "release returned the group");
+}
