@@ -125,15 +125,32 @@ fn main() -> Result<()> {
     let mut failed = Vec::new();
     for suite in &only {
         eprintln!("mdev-bench: running {suite}");
-        let result = match suite.as_str() {
-            "hook" => suites::hook::run(&env),
-            "inventory" => suites::inventory::run(&env),
-            "lifecycle" => suites::lifecycle::run(&env),
-            _ => suites::footprint::run(&env),
-        };
+        // A panic in one suite (a bug in the harness or a library) is reported like an error:
+        // it must not end the whole run and cost the other suites' figures.
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match suite.as_str() {
+                "hook" => suites::hook::run(&env),
+                "inventory" => suites::inventory::run(&env),
+                "lifecycle" => suites::lifecycle::run(&env),
+                _ => suites::footprint::run(&env),
+            }));
         let section = match result {
-            Ok(section) => section,
-            Err(error) => {
+            Ok(Ok(section)) => section,
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".to_string());
+                eprintln!("mdev-bench: {suite} panicked: {message}");
+                failed.push(suite.clone());
+                let mut section = Section::new(format!("{suite}: FAILED"));
+                section.note(format!(
+                    "The suite panicked: {message} (the panic's location is in the run's log)."
+                ));
+                section
+            }
+            Ok(Err(error)) => {
                 // One broken suite must not cost the figures of the others.
                 let mut chain = error.to_string();
                 let mut source = std::error::Error::source(&error);

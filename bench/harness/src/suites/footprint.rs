@@ -43,7 +43,7 @@ pub fn run(env: &Env) -> Result<Section> {
         } {
             let root = daemon_root()?;
             if full {
-                let path = root.path().join("var/lib/mdev-manager/state.json");
+                let path = super::state_file(root.path());
                 std::fs::write(&path, &state).map_err(BenchError::io("cannot write", &path))?;
             }
             let daemon = simulated_daemon(env, &bus, root.path(), SCALE_TOPOLOGY)?;
@@ -67,7 +67,7 @@ pub fn run(env: &Env) -> Result<Section> {
     }
     // The round trips run against a daemon holding the 384 instances.
     let root = daemon_root()?;
-    let path = root.path().join("var/lib/mdev-manager/state.json");
+    let path = super::state_file(root.path());
     std::fs::write(&path, &state).map_err(BenchError::io("cannot write", &path))?;
     let daemon = simulated_daemon(env, &bus, root.path(), SCALE_TOPOLOGY)?;
     let instances = rt.block_on(instance_paths(&bus))?;
@@ -209,7 +209,7 @@ fn autostart_state(env: &Env, bus: &PrivateBus) -> Result<Vec<u8>> {
         Ok::<_, BenchError>(())
     })?;
     daemon.stop()?;
-    let path = root.path().join("var/lib/mdev-manager/state.json");
+    let path = super::state_file(root.path());
     read(&path)
 }
 

@@ -7,6 +7,7 @@ use crate::error::{BenchError, Result};
 use crate::hosttree::{self, build_inventory_tree};
 use crate::procs::{interleave, Cmd, Daemon, PrivateBus};
 use crate::report::{Figure, Row, Section, Target};
+use crate::stats::Samples;
 
 use super::Env;
 
@@ -28,7 +29,13 @@ pub fn run(env: &Env) -> Result<Section> {
     let daemon = Daemon::start(
         &env.daemon,
         bus.address(),
-        &["--root".into(), root_text.clone(), "--no-reconcile".into()],
+        &[
+            "--root".into(),
+            root_text.clone(),
+            "--no-reconcile".into(),
+            "--state-dir".into(),
+            super::STATE_DIR.into(),
+        ],
     )?;
     let vgpuctl = env.vgpuctl.display().to_string();
     let address = bus.address().to_string();
@@ -54,6 +61,7 @@ pub fn run(env: &Env) -> Result<Section> {
     ];
     check_outputs(&commands, &tree)?;
     let samples = interleave(&commands, 3, env.rounds.inventory)?;
+    let calls = calls_on_a_kept_connection(&bus, env.rounds.inventory * 10)?;
     let (rss, _) = daemon.memory_mib()?;
     daemon.stop()?;
 
@@ -73,6 +81,29 @@ pub fn run(env: &Env) -> Result<Section> {
             .against("`mdevctl list --dumpjson --defined`", &figure(4))
             .target(Target::RatioAtMost(0.5)),
     );
+    let [list_types, list_instances, walk] = calls;
+    let walk = Figure::time(walk);
+    section.row(
+        Row::new(
+            "2",
+            "`Manager.ListTypes` call alone (kept connection, in the harness)",
+            Figure::time(list_types),
+        )
+        .against("`GetManagedObjects`", &walk),
+    );
+    section.row(
+        Row::new(
+            "2",
+            "`Manager.ListInstances` call alone (kept connection, in the harness)",
+            Figure::time(list_instances),
+        )
+        .against("`GetManagedObjects`", &walk),
+    );
+    section.row(Row::new(
+        "2",
+        "`GetManagedObjects` call alone (the walk `vgpuctl` made before the listings)",
+        walk,
+    ));
     section.note(format!(
         "Same files for both: the simulated `scale` host ({} types on 8 parents) with {} \
          instances created by the engine, written out as a directory tree (files, relative \
@@ -93,6 +124,69 @@ pub fn run(env: &Env) -> Result<Section> {
         env.rounds.inventory
     ));
     Ok(section)
+}
+
+/// Round trips of the listing methods and of the ObjectManager walk on one kept connection,
+/// interleaved: the service's share of a `vgpuctl` listing, without process start and bus
+/// connection. Each reply is decoded as `vgpuctl` decodes it.
+fn calls_on_a_kept_connection(bus: &PrivateBus, rounds: usize) -> Result<[Samples; 3]> {
+    use std::collections::HashMap;
+    use std::time::Instant;
+    let rt = super::runtime()?;
+    rt.block_on(async {
+        let connection = super::connect(bus).await?;
+        let manager = dbus_api::proxy::ManagerProxy::builder(&connection)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .map_err(BenchError::bus("Manager proxy"))?;
+        let objects = zbus::fdo::ObjectManagerProxy::builder(&connection)
+            .destination(dbus_api::names::BUS_NAME)
+            .path(dbus_api::names::ROOT_PATH)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .map_err(BenchError::bus("ObjectManager proxy"))?;
+        let mut samples: [Samples; 3] = Default::default();
+        for round in 0..rounds + 3 {
+            let mut order = [0, 1, 2];
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for step in order {
+                let started = Instant::now();
+                match step {
+                    0 => {
+                        let types = manager
+                            .list_types(HashMap::new())
+                            .await
+                            .map_err(BenchError::bus("ListTypes"))?;
+                        std::hint::black_box(dbus_api::wire::types_from_entries(types));
+                    }
+                    1 => {
+                        let instances = manager
+                            .list_instances(HashMap::new())
+                            .await
+                            .map_err(BenchError::bus("ListInstances"))?;
+                        std::hint::black_box(dbus_api::wire::instances_from_entries(instances));
+                    }
+                    _ => {
+                        let reply = objects
+                            .get_managed_objects()
+                            .await
+                            .map_err(|e| BenchError::bus("GetManagedObjects")(e.into()))?;
+                        let snapshot = dbus_api::wire::Snapshot::from_managed_objects(reply)
+                            .map_err(|e| BenchError::Check(e.to_string()))?;
+                        std::hint::black_box(snapshot);
+                    }
+                }
+                if round >= 3 {
+                    samples[step].push(started.elapsed());
+                }
+            }
+        }
+        Ok(samples)
+    })
 }
 
 /// Every command must show what the tree holds; timing a command that prints an error or an

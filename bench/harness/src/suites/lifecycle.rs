@@ -214,10 +214,14 @@ fn durable_write_floor(dir: &std::path::Path, rounds: usize) -> Result<Samples> 
 
 fn open_engine(root: &tempfile::TempDir) -> Result<Engine> {
     let host = SimHost::builtin(SCALE_TOPOLOGY).map_err(BenchError::setup("the scale topology"))?;
+    let config = EngineConfig {
+        state_dir: super::STATE_DIR.into(),
+        ..EngineConfig::default()
+    };
     Engine::new(
         Arc::new(host),
         Arc::new(DiskFiles::new(root.path())),
-        EngineConfig::default(),
+        config,
     )
     .map_err(BenchError::setup("the engine on the scale host"))
 }

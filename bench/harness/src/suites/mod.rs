@@ -78,12 +78,23 @@ impl Rounds {
     }
 }
 
+/// The daemon's `--state-dir` in every suite. The daemon re-roots host paths under its
+/// `--root`, which is always a temp directory here, so the state lives in
+/// `<temp root>/bench-state`: never the host's `/var/lib`, and gone with the temp directory.
+pub const STATE_DIR: &str = "/bench-state";
+
+/// `state.json` of a daemon running with `--root root` and [`STATE_DIR`].
+pub fn state_file(root: &Path) -> PathBuf {
+    root.join(STATE_DIR.trim_start_matches('/'))
+        .join("state.json")
+}
+
 /// A temp directory prepared as a host root for the daemon: the benchmark profile and an empty
-/// state directory.
+/// state directory ([`STATE_DIR`] under it).
 pub fn daemon_root() -> Result<tempfile::TempDir> {
     let root = tempfile::tempdir().map_err(BenchError::io("cannot create", "a temp dir"))?;
     hosttree::write_profiles(root.path())?;
-    let state = root.path().join("var/lib/mdev-manager");
+    let state = root.path().join(STATE_DIR.trim_start_matches('/'));
     std::fs::create_dir_all(&state).map_err(BenchError::io("cannot create", &state))?;
     Ok(root)
 }
@@ -103,7 +114,7 @@ pub fn simulated_daemon(
             "--root".into(),
             root.display().to_string(),
             "--state-dir".into(),
-            "/var/lib/mdev-manager".into(),
+            STATE_DIR.into(),
         ],
     )
 }
