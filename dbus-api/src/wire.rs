@@ -349,7 +349,7 @@ impl Snapshot {
     }
 }
 
-/// One instance as `Manager.ListInstances` sends it, D-Bus signature `(ossssssbbbsssiu)`:
+/// One instance as `Manager.ListInstances` sends it, D-Bus signature `(ossssssbbbsssiuas)`:
 /// the `Instance` properties of one object in introspection order, behind its path. The
 /// service answers from the records it exports, so this is exactly what `GetManagedObjects`
 /// holds for the object.
@@ -385,6 +385,8 @@ pub struct InstanceEntry {
     pub iommu_group: i32,
     /// `Weight`.
     pub weight: u32,
+    /// `GroupMembers` (pass-through instances; empty otherwise).
+    pub group_members: Vec<String>,
 }
 
 impl From<InstanceEntry> for InstanceRecord {
@@ -405,8 +407,7 @@ impl From<InstanceEntry> for InstanceRecord {
             holder_uuid: entry.holder_uuid,
             iommu_group: entry.iommu_group,
             weight: entry.weight,
-            // Not in the ListInstances entry; `vgpuctl xml` reads it from the object.
-            group_members: Vec::new(),
+            group_members: entry.group_members,
         }
     }
 }

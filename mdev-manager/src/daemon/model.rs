@@ -473,6 +473,7 @@ pub fn instance_entry(
         holder_uuid: data.holder_uuid.clone(),
         iommu_group: data.iommu_group,
         weight: data.weight,
+        group_members: data.group_members.clone(),
     }
 }
 
