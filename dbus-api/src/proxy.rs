@@ -271,6 +271,9 @@ pub trait Instance {
     /// Removes the device of a persistent instance but keeps its definition.
     #[zbus(allow_interactive_auth)]
     fn stop(&self, options: Options<'_>) -> zbus::Result<()>;
+    /// `Destroy` as a Job (returned at once; not cancelable).
+    #[zbus(allow_interactive_auth)]
+    fn start_destroy(&self, options: Options<'_>) -> zbus::Result<OwnedObjectPath>;
     /// Sets the autostart flag (which makes the instance persistent).
     #[zbus(allow_interactive_auth)]
     fn set_autostart(&self, autostart: bool, options: Options<'_>) -> zbus::Result<()>;

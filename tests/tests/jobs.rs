@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use dbus_api::names::{interface, option, BUS_NAME, ROOT_PATH};
-use dbus_api::proxy::{ManagerProxy, SriovProxy};
+use dbus_api::proxy::{InstanceProxy, ManagerProxy, SriovProxy};
 use dbus_api::{path, ErrorKind};
 use e2e_tests::bus::{repo_root, start_service, start_service_on, vgpuctl, TestBus};
 use futures_util::StreamExt;
@@ -206,6 +206,8 @@ async fn passthrough_bind_runs_as_a_job_and_failures_carry_their_kind() {
         instances(&connection).await,
         vec![("passthrough".into(), "0000:41:00.0".into(), "vm-gpu".into())]
     );
+    assert_eq!(seen.result_objects.len(), 1, "{seen:?}");
+    let gpu_instance = seen.result_objects[0].clone();
 
     // The T400 shares its group with the host's NIC: the job fails with the synchronous
     // path's error kind (InUse), naming the member, and binds nothing.
@@ -226,6 +228,28 @@ async fn passthrough_bind_runs_as_a_job_and_failures_carry_their_kind() {
     assert!(message.contains("0000:62:00.0"), "{message}");
     assert_eq!(seen.removed.1, message);
     assert_eq!(instances(&connection).await.len(), 1);
+
+    // Giving the group back as a job: a claimed instance needs force, as for Destroy.
+    let instance = InstanceProxy::builder(&connection)
+        .path(gpu_instance.as_str())
+        .build()
+        .await
+        .unwrap();
+    let job = instance
+        .start_destroy(HashMap::new())
+        .await
+        .expect("StartDestroy");
+    let seen = wait_job(&mut signals, &job).await;
+    assert_eq!(seen.operation.as_deref(), Some("destroy-instance"));
+    assert_eq!(seen.removed.0, "failed", "{seen:?}");
+    assert!(seen.removed.1.starts_with("InUse: "), "{}", seen.removed.1);
+    let job = instance
+        .start_destroy(HashMap::from([(option::FORCE, Variant::from(true))]))
+        .await
+        .expect("StartDestroy");
+    let seen = wait_job(&mut signals, &job).await;
+    assert_eq!(seen.removed.0, "done", "{seen:?}");
+    assert!(instances(&connection).await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -349,7 +349,7 @@ impl ManagerIface {
         let wait = wait_for_parent(METHOD, &options)?;
         let parent = options.string(option::PARENT)?;
         let mut objects = vec![dbus_api::path::profile_path(&profile)];
-        let mut details = vec![("verb", "create".to_owned()), ("profile", profile.clone())];
+        let mut details = vec![("profile", profile.clone())];
         if let Some(parent) = parent {
             objects.push(dbus_api::path::parent_path(&parent));
             details.push(("parent", parent));
@@ -405,10 +405,7 @@ impl ManagerIface {
             objects: Vec::new(),
             started_by_uid: self.service.caller_uid(connection, &header).await,
             cancel_action: Some(action::ASSIGN),
-            details: vec![
-                ("verb", "prepare".to_owned()),
-                ("domain", domain_name.clone()),
-            ],
+            details: vec![("domain", domain_name.clone())],
         };
         let domain = DomainRef {
             name: domain_name,
@@ -1125,6 +1122,41 @@ impl InstanceIface {
         Ok(())
     }
 
+    /// `Destroy` as a Job (giving a VF or a whole GPU's IOMMU group back to its original
+    /// drivers can take a while): returns the Job at once. Same option and authorization as
+    /// `Destroy`, checked before the job starts. Not cancelable: a removal is not undone.
+    #[zbus(out_args("job"))]
+    async fn start_destroy(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, BusError> {
+        let options = CallOptions::parse("StartDestroy", options, &[option::FORCE])?;
+        let force = options.boolean(option::FORCE)?.unwrap_or(false);
+        let request = self.request(
+            action::MANAGE_INSTANCES,
+            "destroy",
+            &header,
+            options.no_user_interaction()?,
+        );
+        self.service.authorizer.check(request).await?;
+        let uuid = self.data().uuid.clone();
+        let spec = JobSpec {
+            operation: "destroy-instance",
+            objects: vec![dbus_api::path::mdev_instance_path(&uuid)],
+            started_by_uid: self.service.caller_uid(connection, &header).await,
+            cancel_action: None,
+            details: Vec::new(),
+        };
+        self.service
+            .start_job(connection, spec, move |engine, _token| {
+                engine.destroy(&uuid, DestroyOptions { force })?;
+                Ok(JobOutcome::message(format!("destroyed {uuid}")))
+            })
+            .await
+    }
+
     /// Creates the device of a persistent, inactive instance.
     async fn start(
         &self,
@@ -1258,7 +1290,8 @@ pub struct JobControl {
     pub token: CancelToken,
     /// The polkit action another caller than the starter needs; `None`: not cancelable.
     pub cancel_action: Option<&'static str>,
-    /// polkit details for that check.
+    /// polkit details for that check besides `verb`, which is `cancel` (`profile`, `parent`,
+    /// `domain`).
     pub details: Vec<(&'static str, String)>,
 }
 
@@ -1273,7 +1306,7 @@ pub struct JobIface {
 #[interface(name = "org.mdevmanager.VGpu1.Job")]
 impl JobIface {
     /// What it does: `sriov-set-numvfs`, `create-instances`, `prepare-domain`,
-    /// `release-domain`.
+    /// `release-domain`, `destroy-instance`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn operation(&self) -> String {
         self.data.operation.clone()
