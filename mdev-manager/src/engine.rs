@@ -1100,7 +1100,7 @@ impl Engine {
             }
             InstanceKind::Passthrough => {
                 let gpu = record.vf.ok_or_else(|| missing_vf(record))?;
-                self.bind_passthrough(&mut started, gpu, false)?;
+                self.bind_passthrough(&mut started, gpu, record.force)?;
             }
         }
         // The state already says what is true when starting changed no field (an mdev always):
@@ -1236,6 +1236,7 @@ impl Engine {
             attributes: Vec::new(),
             vf: None,
             previous_driver: None,
+            force: false,
         };
         self.update_state(|state| {
             state.instances.insert(key.clone(), record.clone());
@@ -1809,6 +1810,7 @@ impl Engine {
                 attributes: request.attributes.clone(),
                 vf: None,
                 previous_driver: None,
+                force: matches!(target, CreateTarget::Passthrough { force: true, .. }),
             };
             let created = self.create_target(&target, &uuid, record, &request.attributes);
             self.update_placement_view(view, &target, &created);

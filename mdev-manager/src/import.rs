@@ -198,6 +198,7 @@ impl Engine {
             attributes,
             vf: None,
             previous_driver: None,
+            force: false,
         };
         // The same UUID may be defined under several parents (mdevctl allows it); the first
         // (sorted) wins and the others are reported.

@@ -119,6 +119,11 @@ pub struct InstanceRecord {
     /// The driver a VF was bound to before we took it (given back on release).
     #[serde(default)]
     pub previous_driver: Option<String>,
+    /// Pass-through: its IOMMU group was taken with `force` (a member serves the host or is
+    /// not a function of the GPU), so starting it again (reconcile, `start`, a claim) takes it
+    /// the same way. Written only when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 /// Per-parent desired state.

@@ -279,8 +279,24 @@ async fn forced_passthrough_is_refused_naming_the_member_then_proceeds_with_forc
     );
 
     // vgpuctl create --force: the same profile now proceeds.
-    let output = vgpuctl(&bus, None, &["--json", "create", "t400", "--force"]);
+    let output = vgpuctl(
+        &bus,
+        None,
+        &["--json", "create", "t400", "--force", "--autostart"],
+    );
     let uuid = created(&output).remove(0);
+    let shown = instance_json(&bus, &uuid);
+    assert_eq!(shown["active"], true);
+    assert_eq!(shown["group_members"], serde_json::json!([NIC_GPU, NIC]));
+    // The instance remembers it was forced: stopping and starting it (what reconcile does for
+    // autostart after a reboot) takes the group again without being asked.
+    let output = vgpuctl(&bus, None, &["stop", &uuid]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let shown = instance_json(&bus, &uuid);
+    assert_eq!(shown["active"], false);
+    assert_eq!(shown["group_members"], serde_json::json!([]));
+    let output = vgpuctl(&bus, None, &["start", &uuid]);
+    assert!(output.status.success(), "{}", stderr(&output));
     let shown = instance_json(&bus, &uuid);
     assert_eq!(shown["active"], true);
     assert_eq!(shown["group_members"], serde_json::json!([NIC_GPU, NIC]));
