@@ -73,6 +73,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         outcome(instance.set_autostart(true, none()).await),
     );
     results.insert("Instance.Destroy", outcome(instance.destroy(none()).await));
+    // The Job twins check the same actions before any job starts.
+    results.insert(
+        "Manager.StartCreateInstances",
+        outcome(manager.start_create_instances("nvidia-t4-2q", none()).await),
+    );
+    let device: HashMap<&str, Variant<'_>> = HashMap::from([
+        ("kind", Variant::from("mdev")),
+        ("profile", Variant::from("nvidia-t4-2q")),
+    ]);
+    results.insert(
+        "Manager.StartPrepareDomain",
+        outcome(
+            manager
+                .start_prepare_domain("e2e-vm", domain_uuid, vec![device], none())
+                .await,
+        ),
+    );
+    results.insert(
+        "Manager.StartReleaseDomain",
+        outcome(
+            manager
+                .start_release_domain("e2e-vm", domain_uuid, none())
+                .await,
+        ),
+    );
+    results.insert(
+        "Instance.StartDestroy",
+        outcome(instance.start_destroy(none()).await),
+    );
     println!("{}", serde_json::to_string(&results)?);
     Ok(())
 }
