@@ -379,3 +379,97 @@ fn daemon_refuses_a_config_file_with_bad_values_naming_file_key_and_value() {
         assert!(message.contains(value), "{config}: {message}");
     }
 }
+
+fn is_root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// polkit: `force` is its own action. The packaged example rule (a group may manage vGPUs
+/// without a password) leaves it out, so a member may create but not force; outsiders are
+/// asked for an administrator for both.
+#[test]
+fn force_needs_its_own_polkit_action_which_the_example_group_rule_does_not_grant() {
+    use e2e_tests::bus::{packaging_file, start_polkitd, wait_for, InstalledFile, TestUser};
+    use std::time::Duration;
+    if !is_root() {
+        panic!("this test needs root (it creates users and installs polkit files)");
+    }
+    const ACTIONS_FILE: &str = "/usr/share/polkit-1/actions/org.mdevmanager.vgpu1.policy";
+    // polkitd reads action files only at start; another test may have installed them.
+    let _actions = if Path::new(ACTIONS_FILE).exists() {
+        None
+    } else {
+        let policy = std::fs::read(packaging_file("polkit/org.mdevmanager.vgpu1.policy")).unwrap();
+        Some(InstalledFile::install(ACTIONS_FILE, &policy).expect("install the polkit actions"))
+    };
+    let bus = TestBus::start().expect("dbus-daemon");
+    let dir = profiles(
+        &bus,
+        &format!(
+            "[[profile]]\nname = \"t400\"\nisolation = \"passthrough\"\n[profile.device]\npci_address = \"{NIC_GPU}\"\n"
+        ),
+    );
+    let _polkitd = start_polkitd(&bus).expect("polkitd");
+    let _service = start_service_on(
+        &bus,
+        &passthrough_topology(),
+        &["--profiles-dir", dir.to_str().unwrap()],
+    )
+    .expect("mdev-manager");
+    let suffix = std::process::id() % 100_000;
+    let group = format!("mdevfg{suffix}");
+    let member = TestUser::create(&format!("mdevfm{suffix}"), Some(&group)).expect("useradd");
+
+    // The packaged example rule, for this test's group instead of "vgpu".
+    let rule = std::fs::read_to_string(packaging_file("polkit/50-mdev-manager-vgpu-group.rules"))
+        .unwrap()
+        .replace("isInGroup(\"vgpu\")", &format!("isInGroup(\"{group}\")"));
+    assert!(
+        rule.contains(&group),
+        "the example rule names its group as expected"
+    );
+    let _rule = InstalledFile::install(
+        format!("/etc/polkit-1/rules.d/49-mdev-e2e-force-{suffix}.rules"),
+        rule.as_bytes(),
+    )
+    .expect("install the rule");
+    wait_for(Duration::from_secs(20), || {
+        let output = vgpuctl(&bus, Some(&member.name), &["--json", "permissions"]);
+        output.status.success()
+            && serde_json::from_slice::<Value>(&output.stdout)
+                .map(|p| p["org.mdevmanager.vgpu1.manage-instances"] == "yes")
+                .unwrap_or(false)
+    })
+    .expect("polkitd picked up the rule");
+    let permissions = json(&vgpuctl(
+        &bus,
+        Some(&member.name),
+        &["--json", "permissions"],
+    ));
+    assert_eq!(
+        permissions["org.mdevmanager.vgpu1.force"], "auth",
+        "{permissions}"
+    );
+
+    // The member gets past manage-instances (the engine's InUse refusal) but not past force.
+    let output = vgpuctl(&bus, Some(&member.name), &["--no-ask", "create", "t400"]);
+    assert_eq!(output.status.code(), Some(6), "{}", stderr(&output));
+    let output = vgpuctl(
+        &bus,
+        Some(&member.name),
+        &["--no-ask", "create", "t400", "--force"],
+    );
+    assert_eq!(output.status.code(), Some(5), "{}", stderr(&output));
+    assert_eq!(
+        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        serde_json::json!([])
+    );
+    // root is let through.
+    let created = json(&vgpuctl(
+        &bus,
+        None,
+        &["--json", "create", "t400", "--force"],
+    ));
+    assert_eq!(created.as_array().unwrap().len(), 1);
+}
