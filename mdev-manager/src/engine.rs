@@ -25,6 +25,7 @@ pub use crate::discovery::{
 pub use crate::error::ErrorKind;
 pub use crate::holders::Holder;
 pub use crate::hotplug::{HostEvent, HostEventAction, HostEvents};
+pub use crate::reconcile::Reconciled;
 pub use crate::state::{Claim, DiskFiles, InstanceKind, Owner, Scheduling, StateFiles};
 
 use crate::discovery::{self, layout, names};
@@ -279,6 +280,9 @@ pub struct DeviceRequest {
     /// not a function of the GPU (see [`CreateRequest::force`]).
     #[serde(default)]
     pub force: bool,
+    /// How a device created from `profile` is placed (unset fields: the config's).
+    #[serde(default)]
+    pub placement: PlacementRequest,
 }
 
 /// What a release did.

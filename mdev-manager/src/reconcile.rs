@@ -4,19 +4,38 @@
 //! their VFs), then instances: recreate autostart ones, record vanished ones, list unknown ones
 //! without touching them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use crate::discovery::{self, names, names::PciAddress};
+use crate::discovery::{self, names, names::PciAddress, Inventory};
 use crate::engine::{
     lock, DestroyOptions, DomainRef, Engine, EngineError, EngineEvent, ReconcileAction,
     ReconcileReport,
 };
+
+/// A reconcile pass and the host as it left it.
+#[derive(Debug)]
+pub struct Reconciled {
+    /// What the pass did.
+    pub report: ReconcileReport,
+    /// A discovery made after the last change to devices, so a caller publishing the host
+    /// needs no second one.
+    pub inventory: Inventory,
+    /// [`Engine::event_generation`] noted before that discovery: every event up to it is
+    /// reflected in `inventory` and the state.
+    pub generation: u64,
+}
 use crate::state::{InstanceRecord, PENDING_RELEASES_DIR};
 
 impl Engine {
     /// Brings the host in line with the desired state (see [`ReconcileReport`]).
     pub fn reconcile(&self) -> Result<ReconcileReport, EngineError> {
+        self.reconcile_and_discover().map(|done| done.report)
+    }
+
+    /// [`Engine::reconcile`], also handing back the one discovery the pass makes after its
+    /// last device change (the daemon publishes it instead of discovering again).
+    pub fn reconcile_and_discover(&self) -> Result<Reconciled, EngineError> {
         let mut report = ReconcileReport::default();
         self.finish_interrupted_batches(&mut report)?;
         self.process_pending_releases(&mut report);
@@ -24,11 +43,26 @@ impl Engine {
         // Before instances: a half-bound pass-through group goes back whole first.
         self.reconcile_passthrough();
         self.reconcile_instances(&mut report)?;
+        let generation = self.event_generation();
+        let inventory = discovery::discover(self.fs())?;
+        let known: HashSet<String> = lock(&self.state).instances.keys().cloned().collect();
+        for mdev in &inventory.mdevs {
+            if !known.contains(&mdev.uuid) {
+                report.actions.push(ReconcileAction::Unknown {
+                    id: mdev.uuid.clone(),
+                    parent: mdev.parent.clone(),
+                });
+            }
+        }
         // Weights and policies last: GIM's slices need the VFs recreated above.
-        for line in self.apply_schedules() {
+        for line in self.apply_schedules_in(&inventory) {
             tracing::info!(target: "reconcile", "schedule: {line}");
         }
-        Ok(report)
+        Ok(Reconciled {
+            report,
+            inventory,
+            generation,
+        })
     }
 
     /// A batch create or destroy the service did not finish (it crashed between its intent and
@@ -258,15 +292,6 @@ impl Engine {
             } else {
                 EngineEvent::InstanceChanged { uuid }
             });
-        }
-        let known: Vec<String> = lock(&self.state).instances.keys().cloned().collect();
-        for mdev in discovery::discover(self.fs())?.mdevs {
-            if !known.contains(&mdev.uuid) {
-                report.actions.push(ReconcileAction::Unknown {
-                    id: mdev.uuid,
-                    parent: mdev.parent,
-                });
-            }
         }
         Ok(())
     }

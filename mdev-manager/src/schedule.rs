@@ -488,12 +488,16 @@ impl Engine {
     /// Re-applies every stored schedule (at start, after a reboot): rewrites the NVIDIA options
     /// file and GIM's time slices. Returns one line per action or problem.
     pub fn apply_schedules(&self) -> Vec<String> {
-        let inventory = match self.inventory() {
-            Ok(inventory) => inventory,
-            Err(error) => return vec![format!("cannot re-apply schedules: {}", chain(&error))],
-        };
+        match self.inventory() {
+            Ok(inventory) => self.apply_schedules_in(&inventory),
+            Err(error) => vec![format!("cannot re-apply schedules: {}", chain(&error))],
+        }
+    }
+
+    /// [`Engine::apply_schedules`] on a discovery the caller has just made.
+    pub fn apply_schedules_in(&self, inventory: &Inventory) -> Vec<String> {
         let records = self.schedule_records();
-        let views = parent_views(&inventory);
+        let views = parent_views(inventory);
         let mut lines = Vec::new();
         let stored: HashSet<String> = lock(&self.state)
             .parents

@@ -33,8 +33,8 @@ async fn instance_uuids(objects: &ObjectManagerProxy<'_>) -> BTreeSet<String> {
         .get_managed_objects()
         .await
         .expect("GetManagedObjects")
-        .into_iter()
-        .filter_map(|(_, interfaces)| {
+        .into_values()
+        .filter_map(|interfaces| {
             let properties = interfaces.get(interface::INSTANCE)?;
             let uuid = properties.get("Uuid")?;
             String::try_from(uuid.clone()).ok()

@@ -197,20 +197,25 @@ impl Service {
     ) -> Result<Connection, DaemonError> {
         // Subscribe before the first read so no change between the two is missed.
         let events = self.engine.subscribe();
-        if reconcile {
-            let engine = self.engine.clone();
-            let report = tokio::task::spawn_blocking(move || engine.reconcile())
-                .await
-                .map_err(DaemonError::Join)?
-                .map_err(DaemonError::Engine)?;
-            self.publish_reconcile(&report);
-        }
         let engine = self.engine.clone();
-        let generation = engine.event_generation();
-        let model = tokio::task::spawn_blocking(move || Model::read(&engine))
-            .await
-            .map_err(DaemonError::Join)?
-            .map_err(DaemonError::Engine)?;
+        // The reconcile's own discovery (made after its last change) is what gets published:
+        // one read of the host at start, not two.
+        let (report, model, generation) = tokio::task::spawn_blocking(move || {
+            if reconcile {
+                let done = engine.reconcile_and_discover()?;
+                let model = Model::read_in(&engine, &done.inventory);
+                Ok((Some(done.report), model, done.generation))
+            } else {
+                let generation = engine.event_generation();
+                Model::read(&engine).map(|model| (None, model, generation))
+            }
+        })
+        .await
+        .map_err(DaemonError::Join)?
+        .map_err(DaemonError::Engine)?;
+        if let Some(report) = &report {
+            self.publish_reconcile(report);
+        }
         self.published.fetch_max(generation, Ordering::SeqCst);
 
         let connection = builder

@@ -234,13 +234,17 @@ pub struct Model {
 impl Model {
     /// Reads the engine (blocking: call from `spawn_blocking`).
     pub fn read(engine: &Engine) -> Result<Self, EngineError> {
-        let inventory = engine.inventory()?;
-        let instances = engine.instances_in(&inventory);
+        Ok(Self::read_in(engine, &engine.inventory()?))
+    }
+
+    /// [`Model::read`] on a discovery the caller has just made (the start-up reconcile's).
+    pub fn read_in(engine: &Engine, inventory: &Inventory) -> Self {
+        let instances = engine.instances_in(inventory);
         let profiles = engine.profiles();
-        let mut model = Self::build(&inventory, &instances, &profiles);
-        super::schedule::fill(&mut model, engine, &inventory);
+        let mut model = Self::build(inventory, &instances, &profiles);
+        super::schedule::fill(&mut model, engine, inventory);
         fill_group_members(&mut model, engine);
-        Ok(model)
+        model
     }
 
     /// Builds the model from engine answers.

@@ -200,7 +200,7 @@ impl Engine {
                 weight: device.weight,
                 ..Scheduling::default()
             },
-            placement: Default::default(),
+            placement: device.placement,
             force: device.force,
         };
         let record = self.create_one(&request, Some(new_claim(true, false)))?;
@@ -270,10 +270,10 @@ impl Engine {
                 continue;
             };
             if claim.transient {
-                let outcome = if batch.is_ok() {
+                // Done by the batch, or by the part of it that ran before it stopped.
+                let gone = batch.is_ok() || !lock(&self.state).instances.contains_key(&record.uuid);
+                let outcome = if gone {
                     Ok(())
-                } else if !lock(&self.state).instances.contains_key(&record.uuid) {
-                    Ok(()) // destroyed by the batch before it stopped
                 } else {
                     self.destroy(&record.uuid, DestroyOptions { force: true })
                 };
