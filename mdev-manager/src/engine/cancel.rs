@@ -319,6 +319,39 @@ mod tests {
     }
 
     #[test]
+    fn a_cancel_during_the_last_vf_bind_still_gives_the_vf_back() {
+        let sim = SimHost::builtin("default").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(&sim, dir.path());
+        engine
+            .set_num_vfs("0000:4b:00.0", 2, Default::default())
+            .unwrap();
+        const VF: &str = "0000:4b:00.4";
+        let before = driver(&sim, VF);
+        assert!(before.is_some(), "the VF starts with a host driver");
+        let fault = sim.inject_fault(Fault::block("/sys/bus/pci/drivers_probe").times(1));
+        let token = CancelToken::new();
+        let worker = {
+            let engine = Arc::clone(&engine);
+            let token = token.clone();
+            std::thread::spawn(move || {
+                let request = CreateRequest::new(CreateTarget::Vf {
+                    pf: "0000:4b:00.0".into(),
+                    vf: Some(VF.into()),
+                });
+                engine.cancellable(&token, || engine.create_batch(vec![request]))
+            })
+        };
+        wait_until(|| !sim.blocked_writes().is_empty());
+        token.cancel();
+        sim.release_fault(fault);
+        let error = worker.join().unwrap().unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Cancelled, "{error}");
+        assert_eq!(driver(&sim, VF), before);
+        assert!(engine.instances().unwrap().is_empty());
+    }
+
+    #[test]
     fn waiting_for_a_parent_runs_the_operation_once_it_appears() {
         let sim = SimHost::builtin("samples").unwrap();
         let dir = tempfile::tempdir().unwrap();
