@@ -237,3 +237,46 @@ pub async fn list(connection: &Connection, json: bool) -> Result<(), Failure> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_is_named_by_number_or_path() {
+        assert_eq!(
+            job_path("3").unwrap().as_str(),
+            "/org/mdevmanager/VGpu1/jobs/3"
+        );
+        assert_eq!(
+            job_path("/org/mdevmanager/VGpu1/jobs/12").unwrap().as_str(),
+            "/org/mdevmanager/VGpu1/jobs/12"
+        );
+        for bad in [
+            "",
+            "x",
+            "/org/mdevmanager/VGpu1/jobs/",
+            "/org/elsewhere/1",
+            "-1",
+        ] {
+            let failure = job_path(bad).unwrap_err();
+            assert_eq!(failure.code, ErrorKind::InvalidArgs.exit_code(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_failed_job_exits_with_its_kind() {
+        assert_eq!(
+            job_failure("Cancelled: cancelled before binding 0000:41:00.0 to vfio-pci").code,
+            ErrorKind::Cancelled.exit_code()
+        );
+        assert_eq!(
+            job_failure("TimedOut: parent mtty did not appear within 5s").code,
+            ErrorKind::TimedOut.exit_code()
+        );
+        assert_eq!(
+            job_failure("no kind here").code,
+            ErrorKind::Failed.exit_code()
+        );
+    }
+}
