@@ -115,6 +115,12 @@ pub mod device_key {
     /// `b`: pass-through only: take the GPU's IOMMU group although a member serves the host
     /// or is not a function of the GPU (action `force` on top of `assign`).
     pub const FORCE: &str = "force";
+    /// `s`: `pack` or `spread`, for a device created from its profile (as the option).
+    pub const PLACEMENT: &str = "placement";
+    /// `u`: prefer parents on this NUMA node (as the option).
+    pub const NUMA_NODE: &str = "numa-node";
+    /// `b`: only parents on `numa-node` (as the option).
+    pub const NUMA_STRICT: &str = "numa-strict";
 }
 
 /// The `Kind` property of an instance.

@@ -3,10 +3,11 @@
 //! A domain asks for a vGPU in three ways (docs/libvirt.md has a complete example):
 //! * metadata in [`crate::NAMESPACE`] under `<metadata>`: `<vgpu:vgpus><vgpu:vgpu
 //!   profile='...' uuid='...' weight='...' parent='...' kind='...' pci_address='...'
-//!   force='yes|no'/></vgpu:vgpus>` (a lone `<vgpu:vgpu>` directly under `<metadata>` works
-//!   too). These are *declared*: the service creates them from their profile if they do not
-//!   exist. `force='yes'` (pass-through only) takes the GPU's IOMMU group even if a member of
-//!   it serves the host.
+//!   force='yes|no' placement='pack|spread' numa_node='N' numa_strict='yes|no'/></vgpu:vgpus>`
+//!   (a lone `<vgpu:vgpu>` directly under `<metadata>` works too). These are *declared*: the
+//!   service creates them from their profile if they do not exist, placed as `placement`,
+//!   `numa_node` and `numa_strict` say. `force='yes'` (pass-through only) takes the GPU's IOMMU
+//!   group even if a member of it serves the host.
 //! * `<hostdev mode='subsystem' type='mdev'>` naming a UUID: a *reference* to an instance that
 //!   may be a persistent one the service knows; the service skips UUIDs it does not manage,
 //!   because they may belong to mdevctl or to the admin.
@@ -99,6 +100,12 @@ pub struct ClaimedDevice {
     /// Passthrough: take the GPU's IOMMU group even if a member serves the host
     /// (`force='yes'`).
     pub force: bool,
+    /// `pack` or `spread`, for a device created from its profile.
+    pub placement: Option<&'static str>,
+    /// Prefer parents on this NUMA node.
+    pub numa_node: Option<u32>,
+    /// Only parents on `numa_node`.
+    pub numa_strict: bool,
     /// Where it came from.
     pub source: DeviceSource,
 }
@@ -291,6 +298,9 @@ struct MetadataEntry {
     weight: Option<u32>,
     pci_address: Option<PciAddress>,
     force: bool,
+    placement: Option<&'static str>,
+    numa_node: Option<u32>,
+    numa_strict: Option<bool>,
 }
 
 #[derive(Debug, Default)]
@@ -621,6 +631,9 @@ fn metadata_entry(
         weight: None,
         pci_address: None,
         force: false,
+        placement: None,
+        numa_node: None,
+        numa_strict: None,
     };
     for attribute in start.attributes() {
         let attribute = attribute.map_err(|source| PlanError::Malformed {
@@ -701,12 +714,34 @@ fn metadata_entry(
                     _ => return Err(bad("force", "yes or no")),
                 }
             }
+            b"placement" => {
+                entry.placement = Some(match value.trim() {
+                    "pack" => "pack",
+                    "spread" => "spread",
+                    _ => return Err(bad("placement", "pack or spread")),
+                })
+            }
+            b"numa_node" => {
+                entry.numa_node = Some(
+                    value
+                        .trim()
+                        .parse::<u32>()
+                        .map_err(|_| bad("numa_node", "a NUMA node number (0 or more)"))?,
+                )
+            }
+            b"numa_strict" => {
+                entry.numa_strict = Some(match value.trim() {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Err(bad("numa_strict", "yes or no")),
+                })
+            }
             other => {
                 return Err(PlanError::BadAttribute {
                     element,
                     attribute: lossy(other),
                     value,
-                    expected: "one of kind, profile, uuid, weight, parent, pci_address, force",
+                    expected: "one of kind, profile, uuid, weight, parent, pci_address, force, placement, numa_node, numa_strict",
                 })
             }
         }
@@ -729,6 +764,12 @@ fn metadata_entry(
                 expected: "no uuid on kind vf or passthrough (they are named by pci_address)",
             });
         }
+    }
+    if entry.numa_strict.is_some() && entry.numa_node.is_none() {
+        return Err(PlanError::MissingAttribute {
+            element,
+            attribute: "numa_node (numa_strict needs it)",
+        });
     }
     if entry.force && entry.kind != DeviceKind::Passthrough {
         return Err(PlanError::BadAttribute {
@@ -885,6 +926,9 @@ fn pair(parsed: ParsedDomain) -> Result<ClaimPlan, PlanError> {
                 weight: None,
                 pci_address: None,
                 force: false,
+                placement: None,
+                numa_node: None,
+                numa_strict: false,
                 source: DeviceSource::Hostdev,
             },
             // A managed PCI hostdev is libvirt's to bind and unbind; only unmanaged ones can be
@@ -901,6 +945,9 @@ fn pair(parsed: ParsedDomain) -> Result<ClaimPlan, PlanError> {
                 weight: None,
                 pci_address: Some(*address),
                 force: false,
+                placement: None,
+                numa_node: None,
+                numa_strict: false,
                 source: DeviceSource::Hostdev,
             },
         };
@@ -948,6 +995,9 @@ fn device_from_entry(
         weight: entry.weight,
         pci_address,
         force: entry.force,
+        placement: entry.placement,
+        numa_node: entry.numa_node,
+        numa_strict: entry.numa_strict.unwrap_or(false),
         source,
     }
 }
@@ -1021,6 +1071,9 @@ mod tests {
                     weight: Some(200),
                     pci_address: None,
                     force: false,
+                    placement: None,
+                    numa_node: None,
+                    numa_strict: false,
                     source: DeviceSource::MetadataAndHostdev,
                 },
                 // No uuid in the metadata: takes the hostdev no entry names.
@@ -1032,6 +1085,9 @@ mod tests {
                     weight: None,
                     pci_address: None,
                     force: false,
+                    placement: None,
+                    numa_node: None,
+                    numa_strict: false,
                     source: DeviceSource::MetadataAndHostdev,
                 },
                 ClaimedDevice {
@@ -1042,6 +1098,9 @@ mod tests {
                     weight: None,
                     pci_address: Some(address("0000:3b:00.4")),
                     force: false,
+                    placement: None,
+                    numa_node: None,
+                    numa_strict: false,
                     source: DeviceSource::MetadataAndHostdev,
                 },
             ]
@@ -1294,7 +1353,7 @@ mod tests {
     #[test]
     fn bad_metadata_is_refused_naming_the_entry_and_attribute() {
         let cases: [(&str, &str); 8] = [
-            ("<vgpu:vgpu profle='a'/>", "metadata vgpu #1 has profle='a'; expected one of kind, profile, uuid, weight, parent, pci_address, force"),
+            ("<vgpu:vgpu profle='a'/>", "metadata vgpu #1 has profle='a'; expected one of kind, profile, uuid, weight, parent, pci_address, force, placement, numa_node, numa_strict"),
             ("<vgpu:vgpu profile='a' weight='heavy'/>", "metadata vgpu #1 has weight='heavy'; expected a whole number"),
             ("<vgpu:vgpu profile='a' kind='gpu'/>", "metadata vgpu #1 has kind='gpu'; expected mdev, vf or passthrough"),
             ("<vgpu:vgpu profile='a' uuid='not-a-uuid'/>", "metadata vgpu #1 uuid holds 'not-a-uuid', which is not a UUID"),

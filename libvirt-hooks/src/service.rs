@@ -109,6 +109,15 @@ pub fn device_dict(device: &ClaimedDevice) -> HashMap<&'static str, Variant<'sta
     if device.force {
         dict.insert(device_key::FORCE, Variant::from(true));
     }
+    if let Some(placement) = device.placement {
+        dict.insert(device_key::PLACEMENT, Variant::from(placement.to_owned()));
+    }
+    if let Some(node) = device.numa_node {
+        dict.insert(device_key::NUMA_NODE, Variant::from(node));
+        if device.numa_strict {
+            dict.insert(device_key::NUMA_STRICT, Variant::from(true));
+        }
+    }
     dict
 }
 
@@ -316,12 +325,28 @@ mod tests {
             weight: Some(300),
             pci_address: Some("0000:3b:00.4".parse().unwrap()),
             force: false,
+            placement: Some("spread"),
+            numa_node: Some(1),
+            numa_strict: true,
             source: DeviceSource::Metadata,
         };
         let dict = device_dict(&device);
         let mut keys: Vec<_> = dict.keys().copied().collect();
         keys.sort_unstable();
-        assert_eq!(keys, vec!["kind", "pci_address", "profile", "weight"]);
+        assert_eq!(
+            keys,
+            vec![
+                "kind",
+                "numa-node",
+                "numa-strict",
+                "pci_address",
+                "placement",
+                "profile",
+                "weight"
+            ]
+        );
+        assert_eq!(dict["placement"], Variant::from("spread".to_owned()));
+        assert_eq!(dict["numa-node"], Variant::from(1u32));
         assert_eq!(dict["kind"], Variant::from("vf".to_owned()));
         assert_eq!(dict["weight"], Variant::from(300u32));
         assert_eq!(

@@ -638,7 +638,7 @@ fn parse_devices(
     method: &'static str,
     devices: Vec<HashMap<String, OwnedVariant>>,
 ) -> Result<Vec<DeviceRequest>, BusError> {
-    const KEYS: [&str; 7] = [
+    const KEYS: [&str; 10] = [
         device_key::KIND,
         device_key::UUID,
         device_key::PROFILE,
@@ -646,6 +646,9 @@ fn parse_devices(
         device_key::WEIGHT,
         device_key::PCI_ADDRESS,
         device_key::FORCE,
+        device_key::PLACEMENT,
+        device_key::NUMA_NODE,
+        device_key::NUMA_STRICT,
     ];
     devices
         .into_iter()
@@ -675,6 +678,9 @@ fn parse_devices(
                 weight: fields.unsigned(device_key::WEIGHT)?,
                 pci_address: fields.string(device_key::PCI_ADDRESS)?,
                 force,
+                placement: fields
+                    .placement()
+                    .map_err(|e| BusError::InvalidArgs(format!("device #{index}: {}", e.message())))?,
             })
         })
         .collect()

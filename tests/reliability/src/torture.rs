@@ -299,10 +299,7 @@ fn perform(engine: &Engine, op: &Op) -> Outcome {
                     kind: "mdev".into(),
                     uuid: uuid.clone(),
                     profile: profile.clone(),
-                    parent: None,
-                    weight: None,
-                    pci_address: None,
-                    force: false,
+                    ..DeviceRequest::default()
                 }],
             )
             .map(|infos| infos.into_iter().map(|i| i.uuid).collect()),
