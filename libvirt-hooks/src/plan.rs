@@ -765,10 +765,12 @@ fn metadata_entry(
             });
         }
     }
-    if entry.numa_strict.is_some() && entry.numa_node.is_none() {
-        return Err(PlanError::MissingAttribute {
+    if let (Some(strict), None) = (entry.numa_strict, entry.numa_node) {
+        return Err(PlanError::BadAttribute {
             element,
-            attribute: "numa_node (numa_strict needs it)",
+            attribute: "numa_strict".to_owned(),
+            value: if strict { "yes" } else { "no" }.to_owned(),
+            expected: "numa_strict only together with numa_node",
         });
     }
     if entry.force && entry.kind != DeviceKind::Passthrough {
@@ -1203,6 +1205,40 @@ mod tests {
         .unwrap();
         assert_eq!(plan.devices.len(), 1);
         assert_eq!(plan.devices[0].pci_address, Some(address("0000:66:00.0")));
+    }
+
+    #[test]
+    fn placement_attributes_are_checked_and_carried() {
+        let plan = plan_from_xml(&with_metadata(
+            "<vgpu:vgpu profile='a' placement='spread' numa_node='1' numa_strict='yes'/>",
+            MDEV_HOSTDEV,
+        ))
+        .unwrap();
+        assert_eq!(plan.devices[0].placement, Some("spread"));
+        assert_eq!(plan.devices[0].numa_node, Some(1));
+        assert!(plan.devices[0].numa_strict);
+        let cases = [
+            (
+                "<vgpu:vgpu profile='a' placement='Spread'/>",
+                "metadata vgpu #1 has placement='Spread'; expected pack or spread",
+            ),
+            (
+                "<vgpu:vgpu profile='a' numa_node='-1'/>",
+                "metadata vgpu #1 has numa_node='-1'; expected a NUMA node number (0 or more)",
+            ),
+            (
+                "<vgpu:vgpu profile='a' numa_node='0' numa_strict='1'/>",
+                "metadata vgpu #1 has numa_strict='1'; expected yes or no",
+            ),
+            (
+                "<vgpu:vgpu profile='a' numa_strict='yes'/>",
+                "metadata vgpu #1 has numa_strict='yes'; expected numa_strict only together with numa_node",
+            ),
+        ];
+        for (entry, expected) in cases {
+            let error = plan_from_xml(&with_metadata(entry, MDEV_HOSTDEV)).unwrap_err();
+            assert_eq!(error.to_string(), expected, "{entry}");
+        }
     }
 
     #[test]

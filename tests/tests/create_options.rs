@@ -193,6 +193,70 @@ async fn bad_placement_options_are_invalid_args_naming_key_and_value() {
     assert_eq!(list, serde_json::json!([]));
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn claims_take_placement_device_keys() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let dir = profiles(&bus, SIM_SMALL);
+    let _service = start_service_on(&bus, "scale", &["--profiles-dir", dir.to_str().unwrap()])
+        .expect("mdev-manager");
+    let connection = zbus::connection::Builder::address(bus.address().as_str())
+        .build()
+        .await
+        .unwrap();
+    let manager = ManagerProxy::new(&connection).await.unwrap();
+    let device = |placement: &'static str, node: u32| {
+        HashMap::from([
+            (device_key::KIND, Variant::from("mdev")),
+            (device_key::PROFILE, Variant::from("sim-small")),
+            (device_key::PLACEMENT, Variant::from(placement)),
+            (device_key::NUMA_NODE, Variant::from(node)),
+            (device_key::NUMA_STRICT, Variant::from(true)),
+        ])
+    };
+    // A bad value names the device, the key and the value; nothing is claimed.
+    let error = manager
+        .prepare_domain(
+            "vm",
+            "3d1f0c2e-5a6b-4c7d-8e9f-0a1b2c3d4e0a",
+            vec![device("spread", 1), device("wide", 1)],
+            HashMap::new(),
+        )
+        .await
+        .unwrap_err();
+    let error = dbus_api::ClientError::from(error);
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
+    for needle in ["device #1", "placement", "'wide'"] {
+        assert!(error.to_string().contains(needle), "{needle}: {error}");
+    }
+    assert_eq!(
+        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        serde_json::json!([])
+    );
+    // Two vGPUs spread over node 1's parents: two different parents, both on node 1.
+    let claimed = manager
+        .prepare_domain(
+            "vm",
+            "3d1f0c2e-5a6b-4c7d-8e9f-0a1b2c3d4e0a",
+            vec![device("spread", 1), device("spread", 1)],
+            HashMap::new(),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 2);
+    let list = json(&vgpuctl(&bus, None, &["--json", "list"]));
+    let parents: Vec<String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["parent"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(parents.len(), 2, "{list}");
+    assert_ne!(parents[0], parents[1], "{list}");
+    for parent in &parents {
+        assert_eq!(numa_of(&bus, parent), 1, "{parent}");
+    }
+}
+
 const NIC_GPU: &str = "0000:61:00.0";
 const NIC: &str = "0000:62:00.0";
 
