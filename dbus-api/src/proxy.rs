@@ -324,6 +324,9 @@ pub trait Job {
     /// The outcome message (meaningful once finished).
     #[zbus(property)]
     fn message(&self) -> zbus::Result<String>;
+    /// On failure, the D-Bus error name the synchronous method would have returned.
+    #[zbus(property)]
+    fn error_name(&self) -> zbus::Result<String>;
     /// Asks it to stop at its next step; what it did is undone and it completes with
     /// `Cancelled`. Its starter may; anyone else needs the operation's polkit action.
     #[zbus(allow_interactive_auth)]

@@ -46,6 +46,8 @@ struct JobSignals {
     completed: Option<(bool, String)>,
     /// `Job.ResultObjects` from the final `PropertiesChanged`.
     result_objects: Vec<String>,
+    /// `Job.ErrorName` from it.
+    error_name: Option<String>,
     /// `Manager.JobRemoved` (result, message).
     removed: (String, String),
 }
@@ -80,6 +82,9 @@ async fn wait_job(signals: &mut MessageStream, job: &OwnedObjectPath) -> JobSign
                     let objects: Vec<OwnedObjectPath> =
                         objects.try_clone().unwrap().try_into().unwrap();
                     seen.result_objects = objects.iter().map(|o| o.to_string()).collect();
+                }
+                if let Some(name) = changed.get("ErrorName") {
+                    seen.error_name = Some(name.try_clone().unwrap().try_into().unwrap());
                 }
             }
             "JobRemoved" => {
@@ -156,6 +161,8 @@ async fn vf_bind_and_release_run_as_jobs() {
     let seen = wait_job(&mut signals, &job).await;
     assert_eq!(seen.operation.as_deref(), Some("prepare-domain"));
     assert_eq!(seen.removed.0, "done", "{seen:?}");
+    // Unchanged (empty) on success, so not in the final PropertiesChanged.
+    assert_eq!(seen.error_name, None);
     let (success, message) = seen.completed.clone().expect("Completed signal");
     assert!(success, "{message}");
     assert!(message.starts_with("domain vm-jobs holds "), "{message}");
@@ -225,6 +232,10 @@ async fn passthrough_bind_runs_as_a_job_and_failures_carry_their_kind() {
     let (success, message) = seen.completed.clone().expect("Completed");
     assert!(!success);
     assert!(message.starts_with("InUse: "), "{message}");
+    assert_eq!(
+        seen.error_name.as_deref(),
+        Some("org.mdevmanager.VGpu1.Error.InUse")
+    );
     assert!(message.contains("0000:62:00.0"), "{message}");
     assert_eq!(seen.removed.1, message);
     assert_eq!(instances(&connection).await.len(), 1);

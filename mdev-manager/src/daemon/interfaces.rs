@@ -1287,6 +1287,8 @@ pub struct JobData {
     pub success: bool,
     /// Outcome message.
     pub message: String,
+    /// The D-Bus error name the synchronous method would have returned, on failure.
+    pub error_name: String,
 }
 
 /// How a job is cancelled and who may.
@@ -1351,6 +1353,12 @@ impl JobIface {
     #[zbus(property)]
     fn message(&self) -> String {
         self.data.message.clone()
+    }
+    /// On failure, the error the synchronous method would have returned
+    /// (`org.mdevmanager.VGpu1.Error.InUse`, `...Error.Cancelled`); empty otherwise.
+    #[zbus(property)]
+    fn error_name(&self) -> String {
+        self.data.error_name.clone()
     }
 
     /// Asks the job to stop at its next step; what it did so far is undone, and it completes

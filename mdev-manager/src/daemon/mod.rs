@@ -494,16 +494,17 @@ impl Service {
         let connection = connection.clone();
         let job_path = path.clone();
         tokio::spawn(async move {
-            let (success, cancelled, message, results) =
+            let (success, error_kind, message, results) =
                 match service.call(move |engine| work(engine, &token)).await {
-                    Ok(outcome) => (true, false, outcome.message, outcome.objects),
+                    Ok(outcome) => (true, None, outcome.message, outcome.objects),
                     Err(error) => (
                         false,
-                        error.kind() == ErrorKind::Cancelled,
+                        Some(error.kind()),
                         format!("{}: {}", error.kind(), error.message()),
                         Vec::new(),
                     ),
                 };
+            let cancelled = error_kind == Some(ErrorKind::Cancelled);
             tracing::info!(job = %job_path, operation, success, %message, "job finished");
             // The objects the job made exist on the bus before anyone hears it finished.
             service.refresh(&connection).await;
@@ -515,6 +516,7 @@ impl Service {
                     success,
                     message: message.clone(),
                     result_objects: results,
+                    error_name: error_kind.map(ErrorKind::dbus_name).unwrap_or_default(),
                     ..old.clone()
                 };
                 job.get_mut().await.data = new.clone();
@@ -601,6 +603,7 @@ impl Properties for JobData {
             ("Finished", zbus::Variant::from(self.finished)),
             ("Success", zbus::Variant::from(self.success)),
             ("Message", zbus::Variant::from(self.message.clone())),
+            ("ErrorName", zbus::Variant::from(self.error_name.clone())),
         ]
     }
 }
