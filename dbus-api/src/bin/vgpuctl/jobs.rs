@@ -25,12 +25,17 @@ pub struct JobEnd {
     pub message: String,
     /// The objects it made.
     pub result_objects: Vec<OwnedObjectPath>,
+    /// On failure, the D-Bus error name (`Job.ErrorName`; empty from an older service).
+    pub error_name: String,
 }
 
 impl JobEnd {
     /// The failure for a job that did not succeed (exit status from the error kind).
     pub fn failure(&self) -> Failure {
-        job_failure(&self.message)
+        match ErrorKind::from_dbus_name(&self.error_name) {
+            Some(kind) => failure(kind, self.message.clone()),
+            None => job_failure(&self.message),
+        }
     }
 }
 
@@ -90,11 +95,15 @@ impl JobWatch {
             if !get_bool("Finished") {
                 continue;
             }
-            let message = changed
-                .get("Message")
-                .and_then(|v| v.try_clone().ok())
-                .and_then(|v| String::try_from(v).ok())
-                .unwrap_or_default();
+            let text = |name: &str| {
+                changed
+                    .get(name)
+                    .and_then(|v| v.try_clone().ok())
+                    .and_then(|v| String::try_from(v).ok())
+                    .unwrap_or_default()
+            };
+            let message = text("Message");
+            let error_name = text("ErrorName");
             let result_objects = changed
                 .get("ResultObjects")
                 .and_then(|v| v.try_clone().ok())
@@ -105,6 +114,7 @@ impl JobWatch {
                 success: get_bool("Success"),
                 message,
                 result_objects,
+                error_name,
             });
         }
         Err(Failure {
