@@ -463,6 +463,45 @@ fn an_autostart_passthrough_is_bound_again_after_a_reboot() {
     );
 }
 
+#[test]
+fn a_forced_autostart_passthrough_is_taken_again_after_a_reboot_with_its_host_nic() {
+    let (sim, engine, dir) = setup();
+    let info = engine
+        .create(CreateRequest {
+            autostart: true,
+            ..passthrough(NIC_GPU, true)
+        })
+        .unwrap();
+    assert_eq!(driver(&sim, NIC).as_deref(), Some("vfio-pci"));
+    // The state says it was forced, so the reboot's reconcile takes the NIC again.
+    let state = std::fs::read_to_string(dir.path().join("var/lib/mdev-manager/state.json"))
+        .expect("state.json");
+    assert!(state.contains("\"force\": true"), "{state}");
+    sim.reboot();
+    assert_eq!(driver(&sim, NIC).as_deref(), Some("igb"));
+    let restarted = open(&sim, dir.path(), Duration::from_secs(5));
+    let report = restarted.reconcile().unwrap();
+    assert!(
+        report.actions.contains(&ReconcileAction::Recreated {
+            uuid: info.uuid.clone()
+        }),
+        "{report:?}"
+    );
+    assert_eq!(driver(&sim, NIC_GPU).as_deref(), Some("vfio-pci"));
+    assert_eq!(driver(&sim, NIC).as_deref(), Some("vfio-pci"));
+    restarted
+        .destroy(&info.uuid, DestroyOptions::default())
+        .unwrap();
+    assert_eq!(driver(&sim, NIC).as_deref(), Some("igb"));
+
+    // An unforced one is not written with the key (older readers see the same file).
+    let (_sim, engine, dir) = setup();
+    engine.create(passthrough(GPU, false)).unwrap();
+    let state = std::fs::read_to_string(dir.path().join("var/lib/mdev-manager/state.json"))
+        .expect("state.json");
+    assert!(!state.contains("\"force\""), "{state}");
+}
+
 /// The VM tier's stand-in GPU as the `samples` topology mirrors it (bochs-display + HDA, one
 /// group, drivers loaded by the guest's `passthrough` group): the same bind and release the
 /// real kernel runs in `tests/vm` (`group_passthrough`).
