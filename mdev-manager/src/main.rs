@@ -340,6 +340,12 @@ async fn serve() -> Result<()> {
     }
     // Give the name back first so clients see the service go away, then stop the host events.
     let _ = connection.release_name(dbus_api::names::BUS_NAME).await;
+    // Running jobs stop at their next step and roll back (a wait for a parent could otherwise
+    // hold the exit for as long as it was allowed to wait).
+    let cancelled = service.cancel_all_jobs();
+    if cancelled > 0 {
+        tracing::info!(cancelled, "cancelled the running jobs");
+    }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     if let Some(thread) = hotplug {
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;

@@ -415,3 +415,41 @@ fn vgpuctl_waits_for_create_jobs_prints_them_with_no_wait_and_lists_jobs() {
         Some(ErrorKind::InvalidArgs.exit_code() as i32)
     );
 }
+
+#[test]
+fn sigterm_cancels_a_job_waiting_for_a_parent_instead_of_waiting_it_out() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let service = start_service(&bus, &[]).expect("mdev-manager");
+    let started = json(&vgpuctl(
+        &bus,
+        None,
+        &[
+            "--json",
+            "create",
+            "nvidia-t4-2q",
+            "--parent",
+            "0000:99:00.0",
+            "--wait-for-parent",
+            "3600",
+            "--no-wait",
+        ],
+    ));
+    assert!(started["job"].is_string(), "{started}");
+    let jobs = json(&vgpuctl(&bus, None, &["--json", "jobs"]));
+    assert_eq!(jobs.as_array().map(Vec::len), Some(1), "{jobs}");
+    assert_eq!(jobs[0]["job"], started["job"]);
+    assert_eq!(jobs[0]["operation"], "create-instances");
+    assert_eq!(jobs[0]["cancelable"], true);
+    assert_eq!(jobs[0]["started_by_uid"], 0);
+
+    // Bounded only so a regression fails instead of hanging the suite for an hour.
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(service.terminate());
+    });
+    let exit = receiver
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the service exits without waiting out the job")
+        .expect("stop the service");
+    assert!(exit.status.success(), "{}", exit.status);
+}

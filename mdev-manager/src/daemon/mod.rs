@@ -138,7 +138,14 @@ pub struct Service {
     /// The engine's event generation noted before the newest read the exported objects show:
     /// events up to it need no refresh of their own.
     published: AtomicU64,
+    /// Engine calls running now ([`Service::call`]); the event follower waits for them to end
+    /// (each is followed by its method's refresh) instead of reading the host half-way.
+    in_flight: std::sync::atomic::AtomicUsize,
+    /// Woken when `in_flight` drops to 0.
+    idle: tokio::sync::Notify,
     next_job: AtomicU64,
+    /// The cancel tokens of the jobs running now, by job number.
+    running_jobs: Mutex<HashMap<u64, CancelToken>>,
     /// The host root `Manager.Probe` resolves sysfs under; unset on the simulated host, whose
     /// devices have no VFIO nodes to open.
     probe_root: std::sync::OnceLock<std::path::PathBuf>,
@@ -159,7 +166,10 @@ impl Service {
             reconcile_lines: Mutex::new(Vec::new()),
             exported: tokio::sync::Mutex::new(ExportedObjects::default()),
             published: AtomicU64::new(0),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            idle: tokio::sync::Notify::new(),
             next_job: AtomicU64::new(1),
+            running_jobs: Mutex::new(HashMap::new()),
             probe_root: std::sync::OnceLock::new(),
         })
     }
@@ -278,10 +288,28 @@ impl Service {
         T: Send + 'static,
     {
         let engine = self.engine.clone();
+        let _in_flight = InFlight::enter(self);
         match tokio::task::spawn_blocking(move || f(&engine)).await {
             Ok(result) => result.map_err(|e| bus_error(&e)),
             Err(join) => Err(BusError::Failed(format!("engine call failed: {join}"))),
         }
+    }
+
+    /// Waits until no engine call runs (at most `bound`: a steady stream of calls must not
+    /// keep host changes from being published).
+    async fn wait_idle(&self, bound: std::time::Duration) {
+        let idle = async {
+            loop {
+                let notified = self.idle.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self.in_flight.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(bound, idle).await;
     }
 
     /// uid of the caller of `header`, `u32::MAX` when unknown (peer-to-peer).
@@ -301,8 +329,19 @@ impl Service {
     /// (`InterfacesAdded`), gone ones removed (`InterfacesRemoved`), changed properties
     /// announced (`PropertiesChanged`). Failures are logged: the objects stay as they were.
     pub async fn refresh(self: &Arc<Self>, connection: &Connection) {
+        self.refresh_if(connection, false).await;
+    }
+
+    /// [`Service::refresh`]; with `unless_published`, nothing is read when every event emitted
+    /// so far is already published (checked under the lock, after any refresh before it).
+    async fn refresh_if(self: &Arc<Self>, connection: &Connection, unless_published: bool) {
         // Held across the read so concurrent refreshes apply in order.
         let mut exported = self.exported.lock().await;
+        if unless_published
+            && self.engine.event_generation() <= self.published.load(Ordering::SeqCst)
+        {
+            return;
+        }
         let engine = self.engine.clone();
         let generation = engine.event_generation();
         match tokio::task::spawn_blocking(move || Model::read(&engine)).await {
@@ -441,10 +480,13 @@ impl Service {
                 // when a refresh that read the engine after them (the one of the method that
                 // made the change) has already published them.
                 while receiver.try_recv().is_ok() {}
-                if service.engine.event_generation() <= service.published.load(Ordering::SeqCst) {
-                    continue;
-                }
-                service.refresh(&connection).await;
+                // A call still running (a batch emits an event per instance) is followed by its
+                // method's refresh: wait for it instead of reading the host half-way, and let
+                // that refresh go first.
+                service.wait_idle(IDLE_WAIT).await;
+                tokio::task::yield_now().await;
+                while receiver.try_recv().is_ok() {}
+                service.refresh_if(&connection, true).await;
             }
         });
     }
@@ -490,20 +532,32 @@ impl Service {
         if let Ok(emitter) = SignalEmitter::new(connection, MANAGER_PATH) {
             let _ = ManagerIface::job_new(&emitter, path.as_ref(), operation).await;
         }
+        if let Ok(mut running) = self.running_jobs.lock() {
+            running.insert(id, token.clone());
+        }
         let service = self.clone();
         let connection = connection.clone();
         let job_path = path.clone();
         tokio::spawn(async move {
-            let (success, error_kind, message, results) =
-                match service.call(move |engine| work(engine, &token)).await {
-                    Ok(outcome) => (true, None, outcome.message, outcome.objects),
-                    Err(error) => (
-                        false,
-                        Some(error.kind()),
-                        format!("{}: {}", error.kind(), error.message()),
-                        Vec::new(),
-                    ),
-                };
+            // Not through `Service::call`: a job may run for long (a wait for a parent), and
+            // host changes meanwhile must be published at once, not after it.
+            let engine = service.engine.clone();
+            let outcome = match tokio::task::spawn_blocking(move || work(&engine, &token)).await {
+                Ok(result) => result.map_err(|e| bus_error(&e)),
+                Err(join) => Err(BusError::Failed(format!("job {operation} ended: {join}"))),
+            };
+            if let Ok(mut running) = service.running_jobs.lock() {
+                running.remove(&id);
+            }
+            let (success, error_kind, message, results) = match outcome {
+                Ok(outcome) => (true, None, outcome.message, outcome.objects),
+                Err(error) => (
+                    false,
+                    Some(error.kind()),
+                    format!("{}: {}", error.kind(), error.message()),
+                    Vec::new(),
+                ),
+            };
             let cancelled = error_kind == Some(ErrorKind::Cancelled);
             tracing::info!(job = %job_path, operation, success, %message, "job finished");
             // The objects the job made exist on the bus before anyone hears it finished.
@@ -535,6 +589,19 @@ impl Service {
             let _ = server.remove::<JobIface, _>(&job_path).await;
         });
         Ok(path)
+    }
+
+    /// Cancels every running job (at shutdown: a job waiting for a parent would otherwise keep
+    /// the process alive until its wait ends). Each stops at its next check and rolls back.
+    /// Returns how many were asked.
+    pub fn cancel_all_jobs(&self) -> usize {
+        let Ok(running) = self.running_jobs.lock() else {
+            return 0;
+        };
+        for token in running.values() {
+            token.cancel();
+        }
+        running.len()
     }
 }
 
@@ -646,6 +713,29 @@ pub fn introspection_xml(service: &Arc<Service>) -> String {
     });
     xml.push_str("</node>\n");
     xml
+}
+
+/// How long the event follower waits for running engine calls before refreshing anyway.
+const IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Counts an engine call in [`Service::in_flight`] while it runs.
+struct InFlight<'a> {
+    service: &'a Service,
+}
+
+impl<'a> InFlight<'a> {
+    fn enter(service: &'a Service) -> Self {
+        service.in_flight.fetch_add(1, Ordering::SeqCst);
+        Self { service }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.service.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.service.idle.notify_waiters();
+        }
+    }
 }
 
 /// The records of the exported objects, shared with their interface objects.
