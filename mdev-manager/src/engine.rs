@@ -2038,10 +2038,10 @@ impl Engine {
             })
     }
 
-    /// Brings a batch's host view in line after one create: an mdev's parent is re-read (its
-    /// types' `available_instances` moved) and the new mdev listed; any other outcome (a VF
-    /// bound, a failure that may mean another caller took the room) drops the view, so the
-    /// next step discovers afresh.
+    /// Brings a batch's host view in line after one create: the `available_instances` of the
+    /// mdev's parent's types are read again (a create on one type can move them all) and the
+    /// new mdev is listed; any other outcome (a VF bound, a failure that may mean another
+    /// caller took the room) drops the view, so the next step discovers afresh.
     fn update_placement_view(
         &self,
         view: &mut Option<Inventory>,
@@ -2054,19 +2054,31 @@ impl Engine {
             *view = None;
             return;
         };
-        let Ok(Some(fresh)) = discovery::read_mdev_parent(self.fs(), parent) else {
-            *view = None;
-            return;
-        };
-        match inventory
+        let Some(cached) = inventory
             .mdev_parents
             .iter_mut()
             .find(|p| &p.name == parent)
-        {
-            Some(slot) => *slot = fresh,
-            None => {
+        else {
+            *view = None;
+            return;
+        };
+        for mdev_type in &mut cached.types {
+            let path = layout::mdev_type(parent, &mdev_type.id).join("available_instances");
+            let Some(available) = self
+                .fs()
+                .read(&path)
+                .ok()
+                .and_then(|text| text.trim().parse::<u32>().ok())
+            else {
                 *view = None;
                 return;
+            };
+            mdev_type.available_instances = available;
+            if let Some(offered) = &mut mdev_type.offered {
+                offered.available_instances = available;
+            }
+            if mdev_type.id == record.type_id {
+                mdev_type.devices.push(record.uuid.clone());
             }
         }
         inventory.mdevs.push(MdevDevice {
