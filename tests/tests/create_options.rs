@@ -537,3 +537,76 @@ fn force_needs_its_own_polkit_action_which_the_example_group_rule_does_not_grant
     ));
     assert_eq!(created.as_array().unwrap().len(), 1);
 }
+
+/// The config file's keys reach the engine: `placement = "spread"` is the default of a create
+/// that says nothing (and an option still wins), `nvidia_mixed_mode` lifts the one-size rule
+/// on the T4 of the default topology.
+#[test]
+fn config_file_placement_and_mixed_mode_are_the_defaults() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let dir = profiles(&bus, SIM_SMALL);
+    let config = bus.dir().join("mdev-manager.toml");
+    std::fs::write(&config, "placement = \"spread\"\n").unwrap();
+    let service = start_service_on(
+        &bus,
+        "scale",
+        &[
+            "--profiles-dir",
+            dir.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    )
+    .expect("mdev-manager");
+    let a = created(&vgpuctl(&bus, None, &["--json", "create", "sim-small"]));
+    let b = created(&vgpuctl(&bus, None, &["--json", "create", "sim-small"]));
+    assert_ne!(
+        parent_of(&bus, &a[0]),
+        parent_of(&bus, &b[0]),
+        "spread by the config"
+    );
+    let c = created(&vgpuctl(
+        &bus,
+        None,
+        &["--json", "create", "sim-small", "--placement", "pack"],
+    ));
+    let c_parent = parent_of(&bus, &c[0]);
+    assert!(
+        c_parent == parent_of(&bus, &a[0]) || c_parent == parent_of(&bus, &b[0]),
+        "the option packs onto a used parent: {c_parent}"
+    );
+    drop(service);
+
+    // The default topology's T4 runs one vGPU size at a time unless its mixed mode is on.
+    let t4 = "0000:3b:00.0";
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service_on(&bus, "default", &[]).expect("mdev-manager");
+    json(&vgpuctl(
+        &bus,
+        None,
+        &["--json", "create", "nvidia-t4-2q", "--parent", t4],
+    ));
+    let output = vgpuctl(&bus, None, &["create", "nvidia-t4-4q", "--parent", t4]);
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert!(stderr(&output).contains("T4-2Q"), "{}", stderr(&output));
+    drop(_service);
+
+    let bus = TestBus::start().expect("dbus-daemon");
+    let config = bus.dir().join("mdev-manager.toml");
+    std::fs::write(&config, format!("nvidia_mixed_mode = [\"{t4}\"]\n")).unwrap();
+    let _service = start_service_on(&bus, "default", &["--config", config.to_str().unwrap()])
+        .expect("mdev-manager");
+    json(&vgpuctl(
+        &bus,
+        None,
+        &["--json", "create", "nvidia-t4-2q", "--parent", t4],
+    ));
+    let output = vgpuctl(&bus, None, &["create", "nvidia-t4-4q", "--parent", t4]);
+    // Placement no longer applies the one-size rule; what is left is the parent's own
+    // capacity (the simulated T4 reports no room for a 4Q next to a 2Q).
+    assert!(
+        output.status.success() || !stderr(&output).contains("T4-2Q"),
+        "mixed mode lifts the one-size rule: {}",
+        stderr(&output)
+    );
+}
