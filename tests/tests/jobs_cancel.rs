@@ -255,7 +255,8 @@ async fn a_cancelled_wait_for_a_parent_claims_nothing_and_release_jobs_are_not_c
     let (result, message) = removed(&mut signals, &job).await;
     assert_eq!(result, "cancelled", "{message}");
     assert!(
-        message.contains("waiting for parent 0000:4b:00.4") || message.contains("cancelled before"),
+        message.contains("cancelled before parent 0000:4b:00.4 appeared")
+            || message.contains("cancelled before starting"),
         "{message}"
     );
     let list = vgpuctl(bus, None, &["--json", "list"]);

@@ -110,7 +110,7 @@ impl Engine {
         let deadline = Instant::now() + timeout;
         let _guard = self.enter_context(token.clone(), Some(deadline));
         loop {
-            token.check(|| "waiting for the parent".to_owned())?;
+            token.check(|| "starting".to_owned())?;
             let error = match operation() {
                 Err(error) if error.kind() != ErrorKind::Cancelled => error,
                 other => return other,
@@ -132,7 +132,7 @@ impl Engine {
                 if now >= next {
                     break;
                 }
-                token.check(|| format!("waiting for parent {parent}"))?;
+                token.check(|| format!("parent {parent} appeared"))?;
                 std::thread::sleep((next - now).min(deadline - now).min(CANCEL_SLICE));
             }
         }
