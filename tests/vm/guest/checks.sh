@@ -857,59 +857,61 @@ pt_host_used() {
   echo "refused: $(tr '\n' ' ' <<<"$output" | cut -c1-200); drivers unchanged"
 }
 
-# kill -9 of the daemon while it binds the group. The engine binds the card's functions first
-# and the GPU last, so a watcher kills the daemon the moment the HDA function reaches vfio-pci
-# while the display is not there yet (the state file says "binding"). Restarted, reconcile must
-# leave the group whole: here all returned, the transient instance forgotten.
+# kill -9 of the daemon in the middle of binding the group. The engine binds the card's
+# functions first and the GPU last. The daemon is restarted under strace, which holds its open
+# of bochs-drm's `unbind` - the GPU's unbind - for 120 s (seccomp-bpf: only openat stops, so the
+# daemon runs at full speed otherwise). At the kill the HDA function is on vfio-pci, the display
+# still on bochs-drm with its override set, and state.json says phase "binding": what a crash
+# between two members leaves. Restarted, reconcile must return the whole group to its drivers
+# and forget the transient instance.
 pt_crash_mid_bind() {
-  local gpu audio pid caught output
+  local gpu audio pid tracer creator at_kill phase after p
   gpu="$(recall pt_gpu)" audio="$(recall pt_audio)" pid="$(recall daemon_pid)"
-  running "$pid" || { echo "the daemon is not running"; return 1; }
-  python3 - "$gpu" "$audio" "$pid" >/tmp/pt-watch 2>&1 <<'PY' &
-import os, signal, sys, time
-gpu, audio, pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def driver(a):
-    try:
-        return os.path.basename(os.readlink(f"/sys/bus/pci/devices/{a}/driver"))
-    except OSError:
-        return "-"
-deadline = time.monotonic() + 60
-while time.monotonic() < deadline:
-    a = driver(audio)
-    if a == "vfio-pci":
-        g = driver(gpu)
-        os.kill(pid, signal.SIGKILL)
-        print(f"killed with {audio}={a} {gpu}={g}")
-        sys.exit(0)
-print("the HDA function never reached vfio-pci")
-sys.exit(1)
-PY
-  local watcher=$!
-  sleep 0.5
-  output="$(vgpuctl create "$PT_PROFILE" 2>&1)"
-  wait "$watcher" || { echo "watcher: $(cat /tmp/pt-watch); create: $output"; return 1; }
-  caught="$(cat /tmp/pt-watch)"
-  wait_until 10 eval '! running '"$pid" || { echo "the daemon survived kill -9"; return 1; }
-  local split
-  split="$(pt_group_drivers)"
-  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(json.dumps(s.get("passthrough")))' \
-    /var/lib/mdev-manager/state.json >/tmp/pt-state 2>&1
-  start_daemon || return 1
-  local after
-  after="$(pt_group_drivers)"
-  if [[ "$caught" == *"$gpu=vfio-pci"* ]]; then
-    # Both were bound before the kill: reconcile keeps a complete binding or returns it; either
-    # way the group is whole.
-    if pt_all_on_vfio >/dev/null; then
-      echo "kill came after the whole bind ($caught); reconcile kept it bound: $after"
-      return 0
-    fi
+  command -v strace >/dev/null || { echo "no strace on the host (package strace)"; return 1; }
+  if running "$pid"; then
+    kill "$pid" && wait_until 10 eval '! running '"$pid" || { echo "the running daemon did not stop"; return 1; }
   fi
-  pt_host_drivers_back >/dev/null || { echo "after the kill ($caught; state passthrough: $(cat /tmp/pt-state)) and restart the group is split: $after"; return 1; }
+  # Every output of a background job goes to a file: check captures this function's output and
+  # would wait for the job to close it.
+  NO_COLOR=1 strace -f --seccomp-bpf -qq -o /tmp/pt-strace.log -e trace=openat \
+    -P /sys/bus/pci/drivers/bochs-drm/unbind -e inject=openat:delay_enter=120s \
+    "$bin/mdev-manager" </dev/null >>"$out/daemon.log" 2>&1 &
+  tracer=$!
+  wait_until 30 eval 'vgpuctl status >/dev/null 2>&1' || { kill "$tracer"; echo "the daemon under strace did not answer within 30 s"; return 1; }
+  pid=""
+  for p in /proc/[0-9]*; do
+    [ "$(awk '{ print $4 }' "$p/stat" 2>/dev/null)" = "$tracer" ] && pid="${p#/proc/}"
+  done
+  running "$pid" || { kill "$tracer"; echo "cannot find the daemon under strace $tracer"; return 1; }
+  remember daemon_pid "$pid"
+  vgpuctl create "$PT_PROFILE" </dev/null >/tmp/pt-create.log 2>&1 &
+  creator=$!
+  # The daemon is held at the GPU's unbind: HDA on vfio-pci, GPU override already vfio-pci.
+  if ! wait_until 90 eval '[ "$(pci_driver_of '"$audio"')" = vfio-pci ] && [ "$(cat /sys/bus/pci/devices/'"$gpu"'/driver_override)" = vfio-pci ]'; then
+    kill -9 "$pid"
+    wait_until 10 eval '! running '"$tracer" || kill -9 "$tracer"
+    echo "the bind never reached the GPU's unbind: $(pt_group_drivers); create: $(cat /tmp/pt-create.log)"
+    return 1
+  fi
+  sleep 2
+  at_kill="$(pt_group_drivers)"
+  phase="$(python3 -c 'import json,sys; print(" ".join(b["phase"] for b in json.load(open(sys.argv[1])).get("passthrough", {}).values()))' \
+    /var/lib/mdev-manager/state.json 2>&1)"
+  kill -9 "$pid"
+  wait_until 10 eval '! running '"$pid" || { echo "the daemon survived kill -9"; return 1; }
+  wait_until 10 eval '! running '"$tracer" || kill -9 "$tracer"
+  # The interrupted create would wait for its call's timeout.
+  kill "$creator" 2>/dev/null
+  wait "$creator" 2>/dev/null
+  [ "$at_kill" = "$gpu=bochs-drm $audio=vfio-pci" ] ||
+    { echo "expected the GPU on bochs-drm and the HDA function on vfio-pci at the kill, saw: $at_kill"; return 1; }
+  [ "$phase" = binding ] || { echo "state.json phase at the kill: '$phase', expected binding"; return 1; }
+  start_daemon || return 1
+  after="$(pt_group_drivers)"
+  pt_host_drivers_back >/dev/null || { echo "after the restart the group is not back on its drivers: $after"; return 1; }
   [ -z "$(vgpuctl --json list | python3 -c 'import json,sys; print(" ".join(i["uuid"] for i in json.load(sys.stdin) if i.get("kind") == "passthrough"))')" ] ||
     { echo "the interrupted transient pass-through is still listed"; return 1; }
-  grep -q '"binding"\|"phase": "binding"' /tmp/pt-state || echo "(state at the kill: $(cat /tmp/pt-state))"
-  echo "$caught; at the kill: $split; state phase: $(grep -o '"phase": *"[a-z-]*"' /tmp/pt-state | head -n1); after restart: $after"
+  echo "killed mid-bind ($at_kill, phase $phase); after the restart: $after, instance forgotten"
 }
 
 pt_cleanup() {
