@@ -44,13 +44,15 @@ pub fn run(env: &Env, rounds: usize) -> Result<Section> {
     );
 
     let truth = Cmd::new("/bin/true", "/bin/true", &[]);
+    let version = Cmd::new("vgpuctl --version", &vgpuctl, &["--version"]);
 
     let mut raw = Samples::new();
     let mut over_bus = Samples::new();
     let mut command = Samples::new();
     let mut spawns = Samples::new();
+    let mut bare = Samples::new();
     for round in 0..rounds + 1 {
-        let mut order = [0, 1, 2, 3];
+        let mut order = [0, 1, 2, 3, 4];
         if round % 2 == 1 {
             order.reverse();
         }
@@ -59,16 +61,29 @@ pub fn run(env: &Env, rounds: usize) -> Result<Section> {
                 0 => raw_create_remove()?,
                 1 => rt.block_on(bus_create_destroy(&connection, PROFILE, "mtty"))?,
                 2 => command_create_destroy(&create, &vgpuctl, &address)?,
-                _ => {
+                3 => {
                     let started = Instant::now();
                     truth.time()?;
                     truth.time()?;
                     started.elapsed()
                 }
+                _ => {
+                    let started = Instant::now();
+                    version.time()?;
+                    version.time()?;
+                    started.elapsed()
+                }
             };
             // Round 0 warms the page cache and the daemon.
             if round > 0 {
-                [&mut raw, &mut over_bus, &mut command, &mut spawns][step].push(elapsed);
+                [
+                    &mut raw,
+                    &mut over_bus,
+                    &mut command,
+                    &mut spawns,
+                    &mut bare,
+                ][step]
+                    .push(elapsed);
             }
         }
     }
@@ -103,8 +118,25 @@ pub fn run(env: &Env, rounds: usize) -> Result<Section> {
         spawns.clone(),
     ));
     section.row(
+        Row::new(
+            "5",
+            "`vgpuctl create` + `vgpuctl destroy`",
+            command_figure.clone(),
+        )
+        .against("two `/bin/true` starts", &spawns),
+    );
+    let bare = Figure::time(bare);
+    section.row(
+        Row::new(
+            "5",
+            "two `vgpuctl --version` starts (process start, no bus)",
+            bare.clone(),
+        )
+        .against("two `/bin/true` starts", &spawns),
+    );
+    section.row(
         Row::new("5", "`vgpuctl create` + `vgpuctl destroy`", command_figure)
-            .against("two `/bin/true` starts", &spawns),
+            .against("two `vgpuctl --version` starts", &bare),
     );
     section.note(format!(
         "{rounds} interleaved rounds in one boot of Debian's kernel under QEMU TCG (no KVM): \
