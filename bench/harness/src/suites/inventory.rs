@@ -60,6 +60,9 @@ pub fn run(env: &Env) -> Result<Section> {
         ),
     ];
     check_outputs(&commands, &tree)?;
+    // The floor under every `vgpuctl` figure: its process start alone, no bus.
+    let mut commands = commands.to_vec();
+    commands.push(Cmd::new("vgpuctl --version", &vgpuctl, &["--version"]));
     let samples = interleave(&commands, 3, env.rounds.inventory)?;
     let calls = calls_on_a_kept_connection(&bus, env.rounds.inventory * 10)?;
     let (rss, _) = daemon.memory_mib()?;
@@ -80,6 +83,14 @@ pub fn run(env: &Env) -> Result<Section> {
         Row::new("2", "`vgpuctl --json list` (active + defined)", figure(2))
             .against("`mdevctl list --dumpjson --defined`", &figure(4))
             .target(Target::RatioAtMost(0.5)),
+    );
+    section.row(
+        Row::new(
+            "2",
+            "`vgpuctl --version` (process start alone: no bus, no call)",
+            figure(5),
+        )
+        .against("`mdevctl types --dumpjson`", &figure(1)),
     );
     let [list_types, list_instances, walk] = calls;
     let walk = Figure::time(walk);
