@@ -28,7 +28,7 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use super::passthrough::PassthroughError;
-use super::{lock, Engine, EngineError, ErrorKind};
+use super::{lock, Engine, EngineError, EngineEvent, ErrorKind};
 
 /// A cancellation flag shared between whoever may cancel and the operation. Cloning shares it.
 #[derive(Debug, Clone, Default)]
@@ -109,6 +109,9 @@ impl Engine {
     ) -> Result<T, EngineError> {
         let deadline = Instant::now() + timeout;
         let _guard = self.enter_context(token.clone(), Some(deadline));
+        // Subscribed before the first attempt: a parent that registers or appears (hotplug
+        // `ParentAdded`) wakes the wait at once; anything else is seen by polling.
+        let events = self.subscribe();
         loop {
             token.check(|| "starting".to_owned())?;
             let error = match operation() {
@@ -118,7 +121,8 @@ impl Engine {
             let Some(parent) = error.missing_parent() else {
                 return Err(error);
             };
-            // Slices of the poll interval, so a cancel is seen promptly.
+            // What the failed attempt itself announced (a rollback) is no reason to retry.
+            while events.try_recv().is_some() {}
             let next = Instant::now() + self.config.poll_interval;
             loop {
                 let now = Instant::now();
@@ -133,7 +137,13 @@ impl Engine {
                     break;
                 }
                 token.check(|| format!("parent {parent} appeared"))?;
-                std::thread::sleep((next - now).min(deadline - now).min(CANCEL_SLICE));
+                // Slices of the poll interval, so a cancel is seen promptly.
+                let slice = (next - now).min(deadline - now).min(CANCEL_SLICE);
+                // Only an added parent wakes the retry early: "changed" events come in storms
+                // (every create announces one) and would make the retries busy.
+                if let Some(EngineEvent::ParentAdded { .. }) = events.recv_timeout(slice) {
+                    break;
+                }
             }
         }
     }
@@ -200,6 +210,7 @@ impl EngineError {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -376,6 +387,50 @@ mod tests {
         loader.join().unwrap();
         assert_eq!(created.len(), 1);
         assert_eq!(sim.mdev_uuids(), vec![created[0].uuid.clone()]);
+    }
+
+    #[test]
+    fn a_parent_registering_wakes_the_wait_without_polling() {
+        let sim = SimHost::builtin("samples").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // Polling would first look again after an hour: only the hotplug event can wake it.
+        let config = EngineConfig {
+            poll_interval: Duration::from_secs(3600),
+            ..EngineConfig::default()
+        };
+        let engine = Arc::new(
+            Engine::new(
+                Arc::new(sim.clone()),
+                Arc::new(DiskFiles::new(dir.path())),
+                config,
+            )
+            .unwrap(),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let hotplug = engine.spawn_hotplug(
+            Box::new(crate::daemon::host_events::SimHostEvents::new(&sim)),
+            Arc::clone(&stop),
+        );
+        sim.unload_module("mtty").unwrap();
+        let loader = {
+            let sim = sim.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                sim.load_module("mtty").unwrap();
+            })
+        };
+        let request = CreateRequest::new(CreateTarget::Mdev {
+            parent: "mtty".into(),
+            type_id: "mtty-1".into(),
+        });
+        let created =
+            engine.wait_for_parent_then(Duration::from_secs(60), &CancelToken::new(), || {
+                engine.create_batch(vec![request.clone()])
+            });
+        loader.join().unwrap();
+        stop.store(true, Ordering::SeqCst);
+        hotplug.join().unwrap();
+        assert_eq!(created.unwrap().len(), 1);
     }
 
     #[test]
