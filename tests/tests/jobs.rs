@@ -442,6 +442,29 @@ fn sigterm_cancels_a_job_waiting_for_a_parent_instead_of_waiting_it_out() {
     assert_eq!(jobs[0]["cancelable"], true);
     assert_eq!(jobs[0]["started_by_uid"], 0);
 
+    // The running Job object matches the published introspection.
+    let job = started["job"].as_str().unwrap().to_owned();
+    let xml = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let connection = connect(&bus).await;
+            zbus::fdo::IntrospectableProxy::builder(&connection)
+                .destination(BUS_NAME)
+                .path(job.as_str())
+                .build()
+                .await
+                .unwrap()
+                .introspect()
+                .await
+                .expect("Introspect the job")
+        });
+    let published = dbus_api::interface_blocks(dbus_api::INTROSPECTION_XML);
+    let running = dbus_api::interface_blocks(&xml);
+    assert_eq!(running.get(interface::JOB), published.get(interface::JOB));
+    assert!(running.contains_key(interface::JOB), "{xml}");
+
     // Bounded only so a regression fails instead of hanging the suite for an hour.
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
