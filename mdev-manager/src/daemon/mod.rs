@@ -210,7 +210,7 @@ impl Service {
         let engine = self.engine.clone();
         // The reconcile's own discovery (made after its last change) is what gets published:
         // one read of the host at start, not two.
-        let (report, model, generation) = tokio::task::spawn_blocking(move || {
+        let read = tokio::task::spawn_blocking(move || {
             if reconcile {
                 let done = engine.reconcile_and_discover()?;
                 let model = Model::read_in(&engine, &done.inventory);
@@ -219,25 +219,27 @@ impl Service {
                 let generation = engine.event_generation();
                 Model::read(&engine).map(|model| (None, model, generation))
             }
-        })
-        .await
-        .map_err(DaemonError::Join)?
-        .map_err(DaemonError::Engine)?;
-        if let Some(report) = &report {
-            self.publish_reconcile(report);
-        }
-        self.published.fetch_max(generation, Ordering::SeqCst);
-
-        let connection = builder
+        });
+        // The bus connection is made while the host is read (on a blocking thread). It owns no
+        // well-known name until `request_name`, after every object is exported, so no client
+        // addresses the half-built tree.
+        let connect = builder
             .serve_at(
                 MANAGER_PATH,
                 ManagerIface {
                     service: self.clone(),
                 },
             )
-            .build()
-            .await
-            .map_err(DaemonError::Bus)?;
+            .build();
+        let (read, connection) = tokio::join!(read, connect);
+        let (report, model, generation) = read
+            .map_err(DaemonError::Join)?
+            .map_err(DaemonError::Engine)?;
+        let connection = connection.map_err(DaemonError::Bus)?;
+        if let Some(report) = &report {
+            self.publish_reconcile(report);
+        }
+        self.published.fetch_max(generation, Ordering::SeqCst);
         {
             let mut exported = self.exported.lock().await;
             self.apply(&connection, &mut exported, model).await;
