@@ -468,7 +468,16 @@ impl Service {
             .spawn(move || {
                 while let Some(event) = events.recv() {
                     if sender.send(event).is_err() {
-                        break;
+                        return;
+                    }
+                    // A burst (a batch emits two events per instance) gathers for a moment and
+                    // is passed on at once: one wake-up of this thread per millisecond rather
+                    // than per event; the follower refreshes once for the burst anyway.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    while let Some(event) = events.try_recv() {
+                        if sender.send(event).is_err() {
+                            return;
+                        }
                     }
                 }
             })
