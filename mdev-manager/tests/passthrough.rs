@@ -28,7 +28,7 @@ const VM2: &str = "8a6e0f52-8b5c-4d0f-9b1e-2f3a4b5c6d02";
 
 fn config(write_timeout: Duration) -> EngineConfig {
     EngineConfig {
-        readiness_timeout: Duration::from_millis(300),
+        readiness_timeout: Duration::from_secs(10),
         poll_interval: Duration::from_millis(10),
         write_timeout,
         ..EngineConfig::default()

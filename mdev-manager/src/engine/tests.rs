@@ -24,13 +24,38 @@ struct Setup {
     dir: tempfile::TempDir,
 }
 
+/// Bounds generous enough that a loaded CI machine never trips them; the tests that
+/// expect a timeout use [`short_timeouts`].
 fn config() -> EngineConfig {
     EngineConfig {
-        readiness_timeout: Duration::from_millis(300),
+        readiness_timeout: Duration::from_secs(10),
         poll_interval: Duration::from_millis(10),
-        write_timeout: Duration::from_millis(300),
+        write_timeout: Duration::from_secs(10),
         ..EngineConfig::default()
     }
+}
+
+/// For tests that wait for a timeout to happen.
+fn short_timeouts() -> EngineConfig {
+    EngineConfig {
+        readiness_timeout: Duration::from_millis(300),
+        write_timeout: Duration::from_millis(300),
+        ..config()
+    }
+}
+
+fn setup_with(topology: &str, config: EngineConfig) -> Setup {
+    let sim = SimHost::builtin(topology).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Arc::new(
+        Engine::new(
+            Arc::new(sim.clone()),
+            Arc::new(DiskFiles::new(dir.path())),
+            config,
+        )
+        .unwrap(),
+    );
+    Setup { sim, engine, dir }
 }
 
 fn setup(topology: &str) -> Setup {
@@ -325,7 +350,7 @@ fn held_devices_are_refused_with_pid_and_command_and_left_alone() {
 
 #[test]
 fn a_blocked_write_times_out_and_is_accounted_until_it_finishes() {
-    let s = setup("samples");
+    let s = setup_with("samples", short_timeouts());
     s.engine
         .create(mdev("mtty", "mtty-2", Some(UUID_A)))
         .unwrap();
@@ -362,7 +387,7 @@ fn a_blocked_write_times_out_and_is_accounted_until_it_finishes() {
 
 #[test]
 fn readiness_waits_for_a_parent_then_times_out_naming_it() {
-    let s = setup("default");
+    let s = setup_with("default", short_timeouts());
     s.sim.unload_module("nvidia_vgpu_vfio").unwrap();
     let error = s.engine.create(mdev(T4, "nvidia-231", None)).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::TimedOut);
@@ -377,7 +402,9 @@ fn readiness_waits_for_a_parent_then_times_out_naming_it() {
         std::thread::sleep(Duration::from_millis(50));
         sim.load_module("nvidia_vgpu_vfio").unwrap();
     });
-    s.engine
+    // A patient engine, so a loaded machine cannot turn the wait into a timeout.
+    let patient_dir = tempfile::tempdir().unwrap();
+    open(&s.sim, patient_dir.path())
         .create(mdev(T4, "nvidia-231", Some(UUID_A)))
         .unwrap();
     loader.join().unwrap();

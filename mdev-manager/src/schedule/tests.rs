@@ -19,9 +19,9 @@ const AMD: &str = "0000:0c:00.0";
 
 fn config() -> EngineConfig {
     EngineConfig {
-        readiness_timeout: Duration::from_millis(300),
+        readiness_timeout: Duration::from_secs(10),
         poll_interval: Duration::from_millis(10),
-        write_timeout: Duration::from_millis(300),
+        write_timeout: Duration::from_secs(10),
         ..EngineConfig::default()
     }
 }
