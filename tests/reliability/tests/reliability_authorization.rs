@@ -30,7 +30,7 @@ enum Expect {
 use Expect::{Allowed, Refused};
 
 /// method, polkit action, root, unprivileged user, member of the granted group
-const TABLE: [(&str, &str, Expect, Expect, Expect); 10] = [
+const TABLE: [(&str, &str, Expect, Expect, Expect); 17] = [
     ("Manager.Rescan", "reload", Allowed, Refused, Allowed),
     (
         "Manager.ReloadProfiles",
@@ -46,11 +46,53 @@ const TABLE: [(&str, &str, Expect, Expect, Expect); 10] = [
         Refused,
         Allowed,
     ),
+    (
+        "Manager.StartCreateInstances",
+        "manage-instances",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    (
+        "Manager.DestroyInstances",
+        "manage-instances",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
     ("Manager.PrepareDomain", "assign", Allowed, Refused, Allowed),
+    (
+        "Manager.StartPrepareDomain",
+        "assign",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
     ("Manager.ReleaseDomain", "assign", Allowed, Refused, Allowed),
+    (
+        "Manager.StartReleaseDomain",
+        "assign",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
     (
         "Sriov.SetNumVfs",
         "configure-sriov",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    (
+        "Parent.SetSchedulerPolicy",
+        "set-weights",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    (
+        "Instance.SetSchedule",
+        "set-weights",
         Allowed,
         Refused,
         Allowed,
@@ -83,7 +125,61 @@ const TABLE: [(&str, &str, Expect, Expect, Expect); 10] = [
         Refused,
         Allowed,
     ),
+    (
+        "Instance.StartDestroy",
+        "manage-instances",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
 ];
+
+/// Methods of the published interface that change nothing and so need no action, or whose
+/// authorization is not a fixed action (a Job's starter may cancel it): never in [`TABLE`].
+const NOT_IN_TABLE: [&str; 6] = [
+    "Manager.GetPermissions",
+    "Manager.Probe",
+    "Manager.VerifyDomain",
+    "Manager.ListInstances",
+    "Manager.ListTypes",
+    "Job.Cancel",
+];
+
+/// `Interface.Method` for every method of the published introspection XML.
+fn published_methods() -> Vec<String> {
+    let xml =
+        std::fs::read_to_string(repo_root().join("dbus-api/interface/org.mdevmanager.VGpu1.xml"))
+            .expect("the published interface XML");
+    let mut methods = Vec::new();
+    let mut interface = "";
+    for line in xml.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("<interface name=\"") {
+            let name = rest.split('"').next().unwrap_or_default();
+            interface = name.rsplit('.').next().unwrap_or_default();
+        } else if let Some(rest) = line.strip_prefix("<method name=\"") {
+            let name = rest.split('"').next().unwrap_or_default();
+            methods.push(format!("{interface}.{name}"));
+        }
+    }
+    methods.sort();
+    methods
+}
+
+#[test]
+fn the_table_covers_every_published_method() {
+    let mut covered: Vec<String> = TABLE
+        .iter()
+        .map(|row| row.0)
+        .chain(NOT_IN_TABLE)
+        .map(str::to_owned)
+        .collect();
+    covered.sort();
+    assert_eq!(
+        published_methods(),
+        covered,
+        "a method of the published interface is neither in the authorization table nor listed as needing no action"
+    );
+}
 
 fn client_binary() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -112,7 +208,7 @@ fn call_everything(
     bus: &TestBus,
     client: &Path,
     user: Option<&str>,
-    instance: &str,
+    instances: [&str; 2],
     parent: &str,
 ) -> BTreeMap<String, String> {
     let mut command = match user {
@@ -126,7 +222,7 @@ fn call_everything(
     let output = command
         .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={}", bus.address()))
         .arg(client)
-        .args([instance, parent])
+        .args([instances[0], parent, instances[1]])
         .output()
         .expect("run the client");
     assert!(
@@ -222,9 +318,10 @@ fn every_mutating_method_per_caller_matches_the_table() {
     .expect("polkitd picked up the rule");
 
     // The unprivileged user first, on an instance root made: nothing may change.
-    let instance = create_instance(&bus);
+    let instances = [create_instance(&bus), create_instance(&bus)];
+    let instance = [instances[0].as_str(), instances[1].as_str()];
     let before = vgpuctl(&bus, None, &["--json", "list"]).stdout;
-    let results = call_everything(&bus, &client, Some(&outsider.name), &instance, &h200);
+    let results = call_everything(&bus, &client, Some(&outsider.name), instance, &h200);
     check_row("user", &results, |i| TABLE[i].3);
     assert_eq!(
         vgpuctl(&bus, None, &["--json", "list"]).stdout,
@@ -232,11 +329,13 @@ fn every_mutating_method_per_caller_matches_the_table() {
         "a refused call changed something"
     );
 
-    let instance = create_instance(&bus);
-    let results = call_everything(&bus, &client, Some(&member.name), &instance, &h200);
+    let instances = [create_instance(&bus), create_instance(&bus)];
+    let instance = [instances[0].as_str(), instances[1].as_str()];
+    let results = call_everything(&bus, &client, Some(&member.name), instance, &h200);
     check_row("group", &results, |i| TABLE[i].4);
 
-    let instance = create_instance(&bus);
-    let results = call_everything(&bus, &client, None, &instance, &h200);
+    let instances = [create_instance(&bus), create_instance(&bus)];
+    let instance = [instances[0].as_str(), instances[1].as_str()];
+    let results = call_everything(&bus, &client, None, instance, &h200);
     check_row("root", &results, |i| TABLE[i].2);
 }

@@ -2,10 +2,13 @@
 //! prints one JSON object `{"Interface.Method": "<D-Bus error name>" | "ok"}`. The
 //! authorization tests run it as an unprivileged user through `runuser`.
 //!
-//! Usage: `mdev-e2e-client INSTANCE_PATH SRIOV_PARENT_PATH` (bus from DBUS_SYSTEM_BUS_ADDRESS).
+//! Usage: `mdev-e2e-client INSTANCE_PATH SRIOV_PARENT_PATH [SECOND_INSTANCE_PATH]` (bus from
+//! DBUS_SYSTEM_BUS_ADDRESS). `Instance.Destroy` removes the first instance, so a caller that
+//! may destroy names a second one for `Instance.StartDestroy`.
 
 use std::collections::{BTreeMap, HashMap};
 
+use dbus_api::names::{interface, BUS_NAME};
 use dbus_api::proxy::{InstanceProxy, ManagerProxy, SriovProxy};
 use zbus::Variant;
 
@@ -20,13 +23,24 @@ fn outcome<T>(result: zbus::Result<T>) -> String {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [instance_path, parent_path] = args.as_slice() else {
-        return Err("usage: mdev-e2e-client INSTANCE_PATH SRIOV_PARENT_PATH".into());
+    let (instance_path, parent_path, second_instance_path) = match args.as_slice() {
+        [instance, parent] => (instance, parent, instance),
+        [instance, parent, second] => (instance, parent, second),
+        _ => {
+            return Err(
+                "usage: mdev-e2e-client INSTANCE_PATH SRIOV_PARENT_PATH [SECOND_INSTANCE_PATH]"
+                    .into(),
+            )
+        }
     };
     let connection = zbus::Connection::system().await?;
     let manager = ManagerProxy::new(&connection).await?;
     let instance = InstanceProxy::builder(&connection)
         .path(instance_path.as_str())
+        .build()
+        .await?;
+    let second_instance = InstanceProxy::builder(&connection)
+        .path(second_instance_path.as_str())
         .build()
         .await?;
     let sriov = SriovProxy::builder(&connection)
@@ -66,6 +80,37 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "Sriov.SetNumVfs",
         outcome(sriov.set_num_vfs(2, none()).await),
     );
+    // The scheduling methods have no typed proxy; raw calls with their published signatures,
+    // made before Destroy removes the instance.
+    results.insert(
+        "Instance.SetSchedule",
+        outcome(
+            connection
+                .call_method(
+                    Some(BUS_NAME),
+                    instance_path.as_str(),
+                    Some(interface::INSTANCE),
+                    "SetSchedule",
+                    &(2u32, 0u32, 0u32, none()),
+                )
+                .await,
+        ),
+    );
+    results.insert(
+        "Parent.SetSchedulerPolicy",
+        outcome(
+            connection
+                .call_method(
+                    Some(BUS_NAME),
+                    parent_path.as_str(),
+                    Some(interface::PARENT),
+                    "SetSchedulerPolicy",
+                    // Empty keeps the current policy: the call is valid, only authorization decides.
+                    &("", none()),
+                )
+                .await,
+        ),
+    );
     results.insert("Instance.Stop", outcome(instance.stop(none()).await));
     results.insert("Instance.Start", outcome(instance.start(none()).await));
     results.insert(
@@ -100,7 +145,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     results.insert(
         "Instance.StartDestroy",
-        outcome(instance.start_destroy(none()).await),
+        outcome(second_instance.start_destroy(none()).await),
+    );
+    results.insert(
+        "Manager.DestroyInstances",
+        outcome(
+            manager
+                .destroy_instances(&["6d1f0c4e-0000-4000-8000-0000000000ff"], none())
+                .await,
+        ),
     );
     println!("{}", serde_json::to_string(&results)?);
     Ok(())
