@@ -80,7 +80,7 @@ fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
 
     // Every mutating method is NotAuthorized for an ordinary user (no agent, no session).
     let results = call_everything_as(&bus, &outsider.name, &instance, &h200);
-    assert_eq!(results.len(), 14, "{results:?}");
+    assert_eq!(results.len(), 17, "{results:?}");
     for (method, outcome) in &results {
         assert_eq!(
             outcome, "org.mdevmanager.VGpu1.Error.NotAuthorized",
