@@ -49,7 +49,7 @@ pub fn run(env: &Env) -> Result<Section> {
             let daemon = simulated_daemon(env, &bus, root.path(), SCALE_TOPOLOGY)?;
             if full {
                 start_full.push(daemon.ready_after);
-                // A listing makes the service build every object it exports, as a client would.
+                // A listing, as a client makes: the service then also holds its prepared answer.
                 Cmd::new(
                     "vgpuctl list",
                     &env.vgpuctl,
