@@ -4,7 +4,7 @@
 //! their VFs), then instances: recreate autostart ones, record vanished ones, list unknown ones
 //! without touching them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 
 use crate::discovery::{self, names, names::PciAddress, Inventory};
@@ -26,6 +26,9 @@ pub struct Reconciled {
     pub generation: u64,
 }
 use crate::state::{InstanceRecord, PENDING_RELEASES_DIR};
+
+/// At most this many parents get their autostart instances started at once by a reconcile.
+const RECONCILE_WORKERS: usize = 4;
 
 impl Engine {
     /// Brings the host in line with the desired state (see [`ReconcileReport`]).
@@ -232,37 +235,25 @@ impl Engine {
 
     fn reconcile_instances(&self, report: &mut ReconcileReport) -> Result<(), EngineError> {
         let records: Vec<InstanceRecord> = lock(&self.state).instances.values().cloned().collect();
-        // A parent that did not come up in time is waited for once per pass, not once per
-        // instance; its autostart instances start when it registers (hotplug).
-        let mut not_ready: HashMap<String, String> = HashMap::new();
         // Records of instances gone while we were not looking, saved once after the loop (a
         // crash before that save only means the next pass finds them gone again).
         let mut vanished: Vec<(String, bool)> = Vec::new();
-        for record in &records {
+        // What each record's pass did, in record order (the report keeps that order).
+        let mut actions: Vec<Option<ReconcileAction>> = Vec::with_capacity(records.len());
+        // Autostart records to start, by parent: indexes into `records`, in record order.
+        let mut to_start: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (index, record) in records.iter().enumerate() {
+            actions.push(None);
             if self.is_active(record) {
                 continue;
             }
             if record.autostart {
-                if let Some(error) = not_ready.get(&record.parent) {
-                    report.actions.push(ReconcileAction::RecreateFailed {
-                        uuid: record.uuid.clone(),
-                        error: error.clone(),
-                    });
-                    continue;
-                }
-                match self.start_record(record) {
-                    Ok(_) => report.actions.push(ReconcileAction::Recreated {
-                        uuid: record.uuid.clone(),
-                    }),
-                    Err(error) => {
-                        if matches!(error, EngineError::ParentNotReady { .. }) {
-                            not_ready.insert(record.parent.clone(), error.to_string());
-                        }
-                        report.actions.push(ReconcileAction::RecreateFailed {
-                            uuid: record.uuid.clone(),
-                            error: error.to_string(),
-                        })
-                    }
+                match to_start
+                    .iter_mut()
+                    .find(|(parent, _)| *parent == record.parent)
+                {
+                    Some((_, indexes)) => indexes.push(index),
+                    None => to_start.push((&record.parent, vec![index])),
                 }
                 continue;
             }
@@ -270,11 +261,15 @@ impl Engine {
             // forgotten; a persistent one stays defined, unclaimed.
             let forgotten = !record.persistent;
             vanished.push((record.uuid.clone(), forgotten));
-            report.actions.push(ReconcileAction::Vanished {
+            actions[index] = Some(ReconcileAction::Vanished {
                 uuid: record.uuid.clone(),
                 forgotten,
             });
         }
+        for (index, action) in self.start_by_parent(&records, &to_start) {
+            actions[index] = Some(action);
+        }
+        report.actions.extend(actions.into_iter().flatten());
         if !vanished.is_empty() {
             self.update_state(|state| {
                 for (uuid, forgotten) in &vanished {
@@ -294,5 +289,86 @@ impl Engine {
             });
         }
         Ok(())
+    }
+
+    /// Starts the autostart records of `groups` (indexes into `records`, by parent). Parents
+    /// are independent (each has its own lock), so several are worked on at once; one
+    /// parent's records go in order. A parent that did not come up in time is waited for once
+    /// per pass, not once per instance: its autostart instances start when it registers
+    /// (hotplug). Returns each started record's action.
+    fn start_by_parent(
+        &self,
+        records: &[InstanceRecord],
+        groups: &[(&str, Vec<usize>)],
+    ) -> Vec<(usize, ReconcileAction)> {
+        let start_group = |indexes: &[usize]| {
+            let mut not_ready: Option<String> = None;
+            let mut done = Vec::with_capacity(indexes.len());
+            for &index in indexes {
+                let record = &records[index];
+                if let Some(error) = &not_ready {
+                    done.push((
+                        index,
+                        ReconcileAction::RecreateFailed {
+                            uuid: record.uuid.clone(),
+                            error: error.clone(),
+                        },
+                    ));
+                    continue;
+                }
+                let action = match self.start_record(record) {
+                    Ok(_) => ReconcileAction::Recreated {
+                        uuid: record.uuid.clone(),
+                    },
+                    Err(error) => {
+                        if matches!(error, EngineError::ParentNotReady { .. }) {
+                            not_ready = Some(error.to_string());
+                        }
+                        ReconcileAction::RecreateFailed {
+                            uuid: record.uuid.clone(),
+                            error: error.to_string(),
+                        }
+                    }
+                };
+                done.push((index, action));
+            }
+            done
+        };
+        let workers = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(RECONCILE_WORKERS)
+            .min(groups.len());
+        if workers <= 1 {
+            return groups
+                .iter()
+                .flat_map(|(_, indexes)| start_group(indexes))
+                .collect();
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let group = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some((_, indexes)) = groups.get(group) else {
+                                return done;
+                            };
+                            done.extend(start_group(indexes));
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|handle| {
+                    // A panic in a start is the engine's bug: passed on as it is.
+                    handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        })
     }
 }
