@@ -372,3 +372,112 @@ impl Engine {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::engine::{CreateRequest, CreateTarget, EngineConfig};
+    use crate::sim::SimHost;
+    use crate::state::DiskFiles;
+
+    fn open(sim: &SimHost, root: &Path) -> Arc<Engine> {
+        let config = EngineConfig {
+            // The unloaded parent is waited for this long (a bound, not a measured time).
+            readiness_timeout: Duration::from_millis(300),
+            poll_interval: Duration::from_millis(10),
+            ..EngineConfig::default()
+        };
+        Arc::new(
+            Engine::new(
+                Arc::new(sim.clone()),
+                Arc::new(DiskFiles::new(root)),
+                config,
+            )
+            .unwrap(),
+        )
+    }
+
+    fn autostart(parent: &str, type_id: &str) -> CreateRequest {
+        CreateRequest {
+            autostart: true,
+            ..CreateRequest::new(CreateTarget::Mdev {
+                parent: parent.into(),
+                type_id: type_id.into(),
+            })
+        }
+    }
+
+    /// Parents are started concurrently: every parent's instances come back, the parent that
+    /// is missing fails each of its own (and only those), and the report lists the instances
+    /// in the state's order, each once.
+    #[test]
+    fn parents_start_concurrently_and_the_report_keeps_the_state_order() {
+        let sim = SimHost::builtin("samples").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let engine = open(&sim, dir.path());
+        let mut on_mtty = Vec::new();
+        for _ in 0..2 {
+            on_mtty.push(engine.create(autostart("mtty", "mtty-1")).unwrap().uuid);
+        }
+        let mut present = Vec::new();
+        for _ in 0..2 {
+            present.push(engine.create(autostart("mdpy", "mdpy-vga")).unwrap().uuid);
+        }
+        present.push(
+            engine
+                .create(autostart("mbochs", "mbochs-small"))
+                .unwrap()
+                .uuid,
+        );
+        let transient = engine
+            .create(CreateRequest::new(CreateTarget::Mdev {
+                parent: "mdpy".into(),
+                type_id: "mdpy-vga".into(),
+            }))
+            .unwrap()
+            .uuid;
+        drop(engine);
+
+        sim.reboot();
+        sim.unload_module("mtty").unwrap();
+        let engine = open(&sim, dir.path());
+        let order: Vec<String> = lock(&engine.state).instances.keys().cloned().collect();
+        let report = engine.reconcile().unwrap();
+        let reported: Vec<&str> = report
+            .actions
+            .iter()
+            .map(|action| match action {
+                ReconcileAction::Recreated { uuid }
+                | ReconcileAction::RecreateFailed { uuid, .. }
+                | ReconcileAction::Vanished { uuid, .. } => uuid.as_str(),
+                other => panic!("unexpected action {other:?}"),
+            })
+            .collect();
+        assert_eq!(reported, order, "{report:?}");
+        for action in &report.actions {
+            match action {
+                ReconcileAction::Recreated { uuid } => assert!(present.contains(uuid), "{uuid}"),
+                ReconcileAction::RecreateFailed { uuid, error } => {
+                    assert!(on_mtty.contains(uuid), "{uuid}: {error}");
+                    assert!(
+                        error.contains("mtty") && error.contains("did not appear"),
+                        "{error}"
+                    );
+                }
+                ReconcileAction::Vanished { uuid, forgotten } => {
+                    assert_eq!(uuid, &transient);
+                    assert!(forgotten);
+                }
+                other => panic!("unexpected action {other:?}"),
+            }
+        }
+        let mut live = sim.mdev_uuids();
+        live.sort();
+        present.sort();
+        assert_eq!(live, present);
+    }
+}
