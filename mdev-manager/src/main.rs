@@ -231,23 +231,6 @@ async fn serve() -> Result<()> {
     let (placement, mixed_mode_parents) = config.placement_settings(&config_path)?;
     init_logging(config.log.as_deref());
 
-    // Polkit needs a connection of its own to ask polkitd from inside method handlers; it is
-    // made on the same bus as the service, while the host and the engine are opened.
-    let polkit_connection = tokio::spawn({
-        let address = cli.address.clone();
-        let session = cli.session;
-        async move {
-            if let Some(address) = address {
-                zbus::connection::Builder::address(address.as_str())
-                    .build()
-                    .await
-            } else if session {
-                zbus::Connection::session().await
-            } else {
-                zbus::Connection::system().await
-            }
-        }
-    });
     let (host, features, sim) = open_host(&cli)?;
     let mut engine_config = EngineConfig::default();
     if let Some(dir) = config.state_dir.clone() {
@@ -314,10 +297,18 @@ async fn serve() -> Result<()> {
     } else {
         zbus::connection::Builder::system()
     };
-    let polkit_connection = polkit_connection
-        .await
-        .context("the bus connection task failed")?
-        .context("cannot connect to the bus")?;
+    // Polkit needs a connection of its own to ask polkitd from inside method handlers; it is
+    // made on the same bus as the service.
+    let polkit_connection = if let Some(address) = &cli.address {
+        zbus::connection::Builder::address(address.as_str())
+            .build()
+            .await
+    } else if cli.session {
+        zbus::Connection::session().await
+    } else {
+        zbus::Connection::system().await
+    }
+    .context("cannot connect to the bus")?;
     let authorizer: Arc<dyn Authorizer> = Arc::new(Polkit::new(polkit_connection));
     let service = Service::new(engine.clone(), authorizer, features);
     if sim.is_none() {
