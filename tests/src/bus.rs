@@ -127,6 +127,14 @@ impl TestBus {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+
+    /// A client connection to the bus (panics when the bus is not there: tests only).
+    pub async fn connect(&self) -> zbus::Connection {
+        zbus::connection::Builder::address(self.address().as_str())
+            .build()
+            .await
+            .expect("connect to the test bus")
+    }
 }
 
 impl Drop for TestBus {
@@ -309,6 +317,32 @@ pub fn start_service_on(bus: &TestBus, topology: &str, extra: &[&str]) -> io::Re
     })
     .map_err(|_| io::Error::other("mdev-manager did not take its bus name"))?;
     Ok(process)
+}
+
+/// Every signal the service sends, as a stream; subscribe before the call whose signals
+/// the test reads.
+pub async fn service_signals(connection: &zbus::Connection) -> zbus::MessageStream {
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender(dbus_api::names::BUS_NAME)
+        .path_namespace(dbus_api::names::ROOT_PATH)
+        .build()
+        .expect("the service's match rule");
+    zbus::MessageStream::for_match_rule(rule, connection, None)
+        .await
+        .expect("subscribe to the service's signals")
+}
+
+/// The JSON a successful `vgpuctl --json` printed (panics, with vgpuctl's stderr, when it
+/// failed).
+pub fn vgpuctl_json(output: &Output) -> serde_json::Value {
+    assert!(
+        output.status.success(),
+        "vgpuctl failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON")
 }
 
 /// Runs `vgpuctl` against the test bus, as root or (with `user`) as another user.

@@ -11,13 +11,6 @@ use e2e_tests::bus::{start_service, vgpuctl, TestBus};
 use futures_util::StreamExt;
 use zbus::fdo::ObjectManagerProxy;
 
-async fn connect(bus: &TestBus) -> zbus::Connection {
-    zbus::connection::Builder::address(bus.address().as_str())
-        .build()
-        .await
-        .expect("connect to the test bus")
-}
-
 async fn object_manager(connection: &zbus::Connection) -> ObjectManagerProxy<'static> {
     ObjectManagerProxy::builder(connection)
         .destination(BUS_NAME)
@@ -68,7 +61,7 @@ async fn create(manager: &ManagerProxy<'_>, count: u32) -> Vec<String> {
 async fn destroy_instances_removes_each_once_and_announces_each_once() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let connection = connect(&bus).await;
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
     let objects = object_manager(&connection).await;
     let created = create(&manager, 3).await;
@@ -114,7 +107,7 @@ async fn destroy_instances_removes_each_once_and_announces_each_once() {
 async fn destroy_instances_with_an_unknown_uuid_names_it_and_destroys_nothing() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let connection = connect(&bus).await;
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
     let objects = object_manager(&connection).await;
     let created = create(&manager, 2).await;
@@ -161,7 +154,7 @@ async fn destroy_instances_with_an_unknown_uuid_names_it_and_destroys_nothing() 
 async fn vgpuctl_destroy_of_several_uuids_destroys_them_all() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let connection = connect(&bus).await;
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
     let objects = object_manager(&connection).await;
     let created = create(&manager, 3).await;

@@ -10,19 +10,11 @@ use std::process::{Command, Output};
 use dbus_api::names::device_key;
 use dbus_api::proxy::ManagerProxy;
 use dbus_api::ErrorKind;
-use e2e_tests::bus::{repo_root, start_service_on, vgpuctl, workspace_binary, TestBus};
+use e2e_tests::bus::{
+    repo_root, start_service_on, vgpuctl, vgpuctl_json, workspace_binary, TestBus,
+};
 use serde_json::Value;
 use zbus::zvariant::Variant;
-
-fn json(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "vgpuctl failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON")
-}
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
@@ -38,7 +30,7 @@ fn profiles(bus: &TestBus, text: &str) -> PathBuf {
 
 /// The parent each instance (by UUID) is on, from `vgpuctl --json list`.
 fn parent_of(bus: &TestBus, uuid: &str) -> String {
-    let list = json(&vgpuctl(bus, None, &["--json", "list"]));
+    let list = vgpuctl_json(&vgpuctl(bus, None, &["--json", "list"]));
     list.as_array()
         .unwrap()
         .iter()
@@ -50,7 +42,7 @@ fn parent_of(bus: &TestBus, uuid: &str) -> String {
 }
 
 fn created(output: &Output) -> Vec<String> {
-    json(output)
+    vgpuctl_json(output)
         .as_array()
         .unwrap()
         .iter()
@@ -60,7 +52,7 @@ fn created(output: &Output) -> Vec<String> {
 
 /// The `numa_node` of a parent of the `scale` topology (from `vgpuctl parents`).
 fn numa_of(bus: &TestBus, parent: &str) -> i64 {
-    let parents = json(&vgpuctl(bus, None, &["--json", "parents"]));
+    let parents = vgpuctl_json(&vgpuctl(bus, None, &["--json", "parents"]));
     parents
         .as_array()
         .unwrap()
@@ -128,7 +120,7 @@ fn placement_spread_packs_apart_and_numa_strict_refuses_naming_the_node() {
     ));
     assert_eq!(numa_of(&bus, &parent_of(&bus, &on1[0])), 1);
     // ... and a node no parent is on is refused, naming it, creating nothing.
-    let before = json(&vgpuctl(&bus, None, &["--json", "list"]));
+    let before = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
     let output = vgpuctl(
         &bus,
         None,
@@ -140,7 +132,10 @@ fn placement_spread_packs_apart_and_numa_strict_refuses_naming_the_node() {
         "{}",
         stderr(&output)
     );
-    assert_eq!(json(&vgpuctl(&bus, None, &["--json", "list"])), before);
+    assert_eq!(
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
+        before
+    );
 
     // --numa-strict without a node is a usage error of vgpuctl itself.
     let output = vgpuctl(&bus, None, &["create", "sim-small", "--numa-strict"]);
@@ -189,7 +184,7 @@ async fn bad_placement_options_are_invalid_args_naming_key_and_value() {
     let error = dbus_api::ClientError::from(error);
     assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
     assert!(error.to_string().contains("force"), "{error}");
-    let list = json(&vgpuctl(&bus, None, &["--json", "list"]));
+    let list = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
     assert_eq!(list, serde_json::json!([]));
 }
 
@@ -229,7 +224,7 @@ async fn claims_take_placement_device_keys() {
         assert!(error.to_string().contains(needle), "{needle}: {error}");
     }
     assert_eq!(
-        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
         serde_json::json!([])
     );
     // Two vGPUs spread over node 1's parents: two different parents, both on node 1.
@@ -243,7 +238,7 @@ async fn claims_take_placement_device_keys() {
         .await
         .expect("claim");
     assert_eq!(claimed.len(), 2);
-    let list = json(&vgpuctl(&bus, None, &["--json", "list"]));
+    let list = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
     let parents: Vec<String> = list
         .as_array()
         .unwrap()
@@ -270,7 +265,7 @@ fn passthrough_topology() -> String {
 }
 
 fn instance_json(bus: &TestBus, uuid: &str) -> Value {
-    json(&vgpuctl(bus, None, &["--json", "show", uuid]))
+    vgpuctl_json(&vgpuctl(bus, None, &["--json", "show", uuid]))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -297,7 +292,7 @@ async fn forced_passthrough_is_refused_naming_the_member_then_proceeds_with_forc
         assert!(message.contains(needle), "{needle}: {message}");
     }
     assert_eq!(
-        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
         serde_json::json!([])
     );
 
@@ -327,7 +322,7 @@ async fn forced_passthrough_is_refused_naming_the_member_then_proceeds_with_forc
         .await
         .expect("forced claim");
     assert_eq!(claimed.len(), 1);
-    let list = json(&vgpuctl(&bus, None, &["--json", "list"]));
+    let list = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
     let uuid = list[0]["uuid"].as_str().unwrap().to_string();
     let shown = instance_json(&bus, &uuid);
     assert_eq!(shown["kind"], "passthrough");
@@ -338,7 +333,7 @@ async fn forced_passthrough_is_refused_naming_the_member_then_proceeds_with_forc
         .await
         .expect("release");
     assert_eq!(
-        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
         serde_json::json!([])
     );
 
@@ -389,7 +384,7 @@ async fn passthrough_xml_has_one_unmanaged_hostdev_per_bound_function() {
         )
         .await
         .expect("claim the GPU");
-    let list = json(&vgpuctl(&bus, None, &["--json", "list"]));
+    let list = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
     let uuid = list[0]["uuid"].as_str().unwrap().to_string();
     // The GPU and its HDMI audio function; the bridge 0000:40:00.0 stays with pcieport.
     assert_eq!(
@@ -506,7 +501,7 @@ fn force_needs_its_own_polkit_action_which_the_example_group_rule_does_not_grant
                 .unwrap_or(false)
     })
     .expect("polkitd picked up the rule");
-    let permissions = json(&vgpuctl(
+    let permissions = vgpuctl_json(&vgpuctl(
         &bus,
         Some(&member.name),
         &["--json", "permissions"],
@@ -526,11 +521,11 @@ fn force_needs_its_own_polkit_action_which_the_example_group_rule_does_not_grant
     );
     assert_eq!(output.status.code(), Some(5), "{}", stderr(&output));
     assert_eq!(
-        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
         serde_json::json!([])
     );
     // root is let through.
-    let created = json(&vgpuctl(
+    let created = vgpuctl_json(&vgpuctl(
         &bus,
         None,
         &["--json", "create", "t400", "--force"],
@@ -581,7 +576,7 @@ fn config_file_placement_and_mixed_mode_are_the_defaults() {
     let t4 = "0000:3b:00.0";
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service_on(&bus, "default", &[]).expect("mdev-manager");
-    json(&vgpuctl(
+    vgpuctl_json(&vgpuctl(
         &bus,
         None,
         &["--json", "create", "nvidia-t4-2q", "--parent", t4],
@@ -596,7 +591,7 @@ fn config_file_placement_and_mixed_mode_are_the_defaults() {
     std::fs::write(&config, format!("nvidia_mixed_mode = [\"{t4}\"]\n")).unwrap();
     let _service = start_service_on(&bus, "default", &["--config", config.to_str().unwrap()])
         .expect("mdev-manager");
-    json(&vgpuctl(
+    vgpuctl_json(&vgpuctl(
         &bus,
         None,
         &["--json", "create", "nvidia-t4-2q", "--parent", t4],

@@ -8,25 +8,7 @@ use dbus_api::names::{option, BUS_NAME, ROOT_PATH};
 use dbus_api::proxy::{InstanceProxy, ManagerProxy};
 use dbus_api::wire::{self, Snapshot};
 use dbus_api::{ClientError, ErrorKind};
-use e2e_tests::bus::{start_service, vgpuctl, TestBus};
-use serde_json::Value;
-
-fn json(output: &std::process::Output) -> Value {
-    assert!(
-        output.status.success(),
-        "vgpuctl failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON")
-}
-
-async fn connect(bus: &TestBus) -> zbus::Connection {
-    zbus::connection::Builder::address(bus.address().as_str())
-        .build()
-        .await
-        .expect("connect to the test bus")
-}
+use e2e_tests::bus::{start_service, vgpuctl, vgpuctl_json, TestBus};
 
 /// What the ObjectManager walk (the way every client read the service before the listings)
 /// yields now.
@@ -60,7 +42,7 @@ async fn listed(
 fn create(bus: &TestBus, args: &[&str]) -> Vec<String> {
     let mut all = vec!["--json", "create"];
     all.extend_from_slice(args);
-    json(&vgpuctl(bus, None, &all))
+    vgpuctl_json(&vgpuctl(bus, None, &all))
         .as_array()
         .expect("a list of instances")
         .iter()
@@ -74,7 +56,7 @@ fn create(bus: &TestBus, args: &[&str]) -> Vec<String> {
 async fn listings_equal_the_object_manager_walk_as_objects_change() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let connection = connect(&bus).await;
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
 
     let (instances, types) = listed(&manager).await;
@@ -164,7 +146,7 @@ async fn listings_equal_the_object_manager_walk_as_objects_change() {
 async fn list_types_parent_option_and_bad_arguments() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let connection = connect(&bus).await;
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
     let snapshot = walk(&connection).await;
     let parent = snapshot
@@ -209,15 +191,15 @@ async fn vgpuctl_json_output_is_the_walks_records() {
     let _service = start_service(&bus, &[]).expect("mdev-manager");
     create(&bus, &["nvidia-t4-2q", "--count", "2"]);
     create(&bus, &["nvidia-t4-2q", "--autostart", "--weight", "300"]);
-    let connection = connect(&bus).await;
+    let connection = bus.connect().await;
     let snapshot = walk(&connection).await;
 
     assert_eq!(
-        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
         serde_json::to_value(&snapshot.instances).unwrap()
     );
     assert_eq!(
-        json(&vgpuctl(&bus, None, &["--json", "types"])),
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "types"])),
         serde_json::to_value(&snapshot.types).unwrap()
     );
     let parent = &snapshot.types[0].parent;
@@ -227,11 +209,11 @@ async fn vgpuctl_json_output_is_the_walks_records() {
         .filter(|t| &t.parent == parent)
         .collect();
     assert_eq!(
-        json(&vgpuctl(&bus, None, &["--json", "types", parent])),
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "types", parent])),
         serde_json::to_value(&expected).unwrap()
     );
     // The field names are the documented ones.
-    let listed = json(&vgpuctl(&bus, None, &["--json", "list"]));
+    let listed = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
     let first = listed[0].as_object().expect("an object per instance");
     for key in ["object", "uuid", "parent", "type", "active", "weight"] {
         assert!(first.contains_key(key), "missing {key}: {first:?}");

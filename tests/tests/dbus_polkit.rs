@@ -7,27 +7,17 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use dbus_api::path;
 use e2e_tests::bus::{
-    packaging_file, start_polkitd, start_service, vgpuctl, wait_for, InstalledFile, TestBus,
-    TestUser,
+    packaging_file, start_polkitd, start_service, vgpuctl, vgpuctl_json, wait_for, InstalledFile,
+    TestBus, TestUser,
 };
 use serde_json::Value;
 
 const ACTIONS_FILE: &str = "/usr/share/polkit-1/actions/org.mdevmanager.vgpu1.policy";
-
-fn json(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "vgpuctl failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("JSON")
-}
 
 /// Calls every mutating method as `user` (the helper binary prints method → outcome).
 fn call_everything_as(
@@ -68,7 +58,7 @@ fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
     let _service = start_service(&bus, &[]).expect("mdev-manager");
 
     // Root created one instance: root is let through whatever polkit says.
-    let created = json(&vgpuctl(&bus, None, &["--json", "create", "nvidia-t4-2q"]));
+    let created = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "create", "nvidia-t4-2q"]));
     let uuid = created[0]["uuid"].as_str().unwrap().to_string();
     let instance = path::mdev_instance_path(&uuid).to_string();
     let h200 = path::parent_path("0000:4b:00.0").to_string();
@@ -89,15 +79,15 @@ fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
         );
     }
     // ... and nothing changed.
-    let list = json(&vgpuctl(&bus, None, &["--json", "list"]));
+    let list = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
     assert_eq!(list[0]["uuid"], uuid.as_str());
     assert_eq!(list[0]["active"], true);
 
     // Reads stay open.
-    let list = json(&vgpuctl(&bus, Some(&outsider.name), &["--json", "list"]));
+    let list = vgpuctl_json(&vgpuctl(&bus, Some(&outsider.name), &["--json", "list"]));
     assert_eq!(list[0]["uuid"], uuid.as_str());
-    let permissions = json(&vgpuctl(
+    let permissions = vgpuctl_json(&vgpuctl(
         &bus,
         Some(&outsider.name),
         &["--json", "permissions"],
@@ -134,7 +124,10 @@ fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
         Some(&member.name),
         &["--json", "create", "nvidia-t4-2q"],
     );
-    let theirs = json(&output)[0]["uuid"].as_str().unwrap().to_string();
+    let theirs = vgpuctl_json(&output)[0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let output = vgpuctl(&bus, Some(&member.name), &["destroy", &theirs, &uuid]);
     assert!(
         output.status.success(),
@@ -146,9 +139,9 @@ fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
         Some(&member.name),
         &["--json", "sriov", "0000:4b:00.0", "--vfs", "2"],
     );
-    assert_eq!(json(&output)["result"], "done");
+    assert_eq!(vgpuctl_json(&output)["result"], "done");
     assert_eq!(
-        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
         serde_json::json!([])
     );
 
@@ -180,15 +173,15 @@ fn without_polkitd_only_root_may_change_anything() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(String::from_utf8_lossy(&output.stderr).contains("polkitd is not running"));
-    let permissions = json(&vgpuctl(&bus, Some(&user.name), &["--json", "permissions"]));
+    let permissions = vgpuctl_json(&vgpuctl(&bus, Some(&user.name), &["--json", "permissions"]));
     for (action, answer) in permissions.as_object().unwrap() {
         assert_eq!(answer, "no", "{action}");
     }
     // Reads stay open; root still may.
     assert_eq!(
-        json(&vgpuctl(&bus, Some(&user.name), &["--json", "list"])),
+        vgpuctl_json(&vgpuctl(&bus, Some(&user.name), &["--json", "list"])),
         serde_json::json!([])
     );
-    let created = json(&vgpuctl(&bus, None, &["--json", "create", "nvidia-t4-2q"]));
+    let created = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "create", "nvidia-t4-2q"]));
     assert_eq!(created.as_array().unwrap().len(), 1);
 }

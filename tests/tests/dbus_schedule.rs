@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dbus_api::names::{interface, BUS_NAME};
 use dbus_api::{path, ErrorKind};
-use e2e_tests::bus::{name_has_owner, vgpuctl, wait_for, workspace_binary, TestBus};
+use e2e_tests::bus::{name_has_owner, vgpuctl, vgpuctl_json, wait_for, workspace_binary, TestBus};
 use futures_util::StreamExt;
 use serde_json::Value;
 
@@ -56,16 +56,6 @@ impl Drop for Service {
     }
 }
 
-fn json(output: &std::process::Output) -> Value {
-    assert!(
-        output.status.success(),
-        "vgpuctl failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON")
-}
-
 fn refused(output: &std::process::Output, kind: ErrorKind) -> String {
     assert_eq!(
         output.status.code(),
@@ -77,7 +67,7 @@ fn refused(output: &std::process::Output, kind: ErrorKind) -> String {
 }
 
 fn t4_schedule(bus: &TestBus) -> Value {
-    let shown = json(&vgpuctl(bus, None, &["--json", "schedule", "show", T4]));
+    let shown = vgpuctl_json(&vgpuctl(bus, None, &["--json", "schedule", "show", T4]));
     shown[0].clone()
 }
 
@@ -91,7 +81,7 @@ async fn weights_and_policies_over_the_bus_survive_a_restart() {
     let before = t4_schedule(&bus);
     assert_eq!(before["backend"], "nvidia");
     assert_eq!(before["policy"], "best-effort");
-    let set = json(&vgpuctl(
+    let set = vgpuctl_json(&vgpuctl(
         &bus,
         None,
         &[
@@ -114,7 +104,7 @@ async fn weights_and_policies_over_the_bus_survive_a_restart() {
         "{text}"
     );
 
-    let created = json(&vgpuctl(
+    let created = vgpuctl_json(&vgpuctl(
         &bus,
         None,
         &[
@@ -146,7 +136,7 @@ async fn weights_and_policies_over_the_bus_survive_a_restart() {
         .await
         .unwrap();
     let mut changes = properties.receive_properties_changed().await.unwrap();
-    let set = json(&vgpuctl(
+    let set = vgpuctl_json(&vgpuctl(
         &bus,
         None,
         &[

@@ -5,35 +5,18 @@ use std::time::Duration;
 
 use dbus_api::names::{interface, BUS_NAME, MANAGER_PATH};
 use dbus_api::{path, ClientError, ErrorKind};
-use e2e_tests::bus::{name_has_owner, start_service, vgpuctl, wait_for, TestBus};
+use e2e_tests::bus::{name_has_owner, start_service, vgpuctl, vgpuctl_json, wait_for, TestBus};
 use serde_json::Value;
-
-fn json(output: &std::process::Output) -> Value {
-    assert!(
-        output.status.success(),
-        "vgpuctl failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON")
-}
 
 fn stderr(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-async fn connect(bus: &TestBus) -> zbus::Connection {
-    zbus::connection::Builder::address(bus.address().as_str())
-        .build()
-        .await
-        .expect("connect to the test bus")
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn running_service_matches_the_published_introspection() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let connection = connect(&bus).await;
+    let connection = bus.connect().await;
     let published = dbus_api::interface_blocks(dbus_api::INTROSPECTION_XML);
     let mut seen = std::collections::BTreeSet::new();
     for object in [
@@ -80,7 +63,7 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
 
-    let parents = json(&vgpuctl(&bus, None, &["--json", "parents"]));
+    let parents = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "parents"]));
     let t4 = parents
         .as_array()
         .unwrap()
@@ -89,7 +72,7 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
         .expect("the simulated T4 is listed");
     assert_eq!(t4["vendor_id"], 0x10de);
     assert_eq!(t4["modes"], serde_json::json!(["mdev"]));
-    let types = json(&vgpuctl(&bus, None, &["--json", "types", "0000:3b:00.0"]));
+    let types = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "types", "0000:3b:00.0"]));
     let t4_2q = types
         .as_array()
         .unwrap()
@@ -126,7 +109,7 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
         }
     });
 
-    let created = json(&vgpuctl(
+    let created = vgpuctl_json(&vgpuctl(
         &bus,
         None,
         &["--json", "create", "nvidia-t4-2q", "--count", "2"],
@@ -139,7 +122,7 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
         .collect();
     assert_eq!(created.len(), 2);
 
-    let list = json(&vgpuctl(&bus, None, &["--json", "list"]));
+    let list = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
     for uuid in &created {
         let record = list
             .as_array()
@@ -152,7 +135,7 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
         assert_eq!(record["active"], true);
         assert_eq!(record["owner"], "created");
     }
-    let shown = json(&vgpuctl(&bus, None, &["--json", "show", &created[0]]));
+    let shown = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "show", &created[0]]));
     assert_eq!(shown["uuid"], created[0].as_str());
     let xml = vgpuctl(&bus, None, &["xml", &created[0]]);
     let xml = String::from_utf8_lossy(&xml.stdout);
@@ -162,7 +145,7 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
         xml.starts_with("<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"),
         "{xml}"
     );
-    let types = json(&vgpuctl(&bus, None, &["--json", "types", "0000:3b:00.0"]));
+    let types = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "types", "0000:3b:00.0"]));
     let after = types
         .as_array()
         .unwrap()
@@ -173,14 +156,14 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
         .unwrap();
     assert_eq!(after + 2, available_before, "capacity went down by two");
 
-    let destroyed = json(&vgpuctl(
+    let destroyed = vgpuctl_json(&vgpuctl(
         &bus,
         None,
         &["--json", "destroy", &created[0], &created[1]],
     ));
     assert_eq!(destroyed["destroyed"].as_array().unwrap().len(), 2);
     assert_eq!(
-        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
         serde_json::json!([])
     );
 
@@ -264,12 +247,12 @@ async fn errors_have_typed_names_one_line_messages_and_distinct_exit_codes() {
         stderr(&output)
     );
     assert_eq!(
-        json(&vgpuctl(&bus, None, &["--json", "list"])),
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
         serde_json::json!([])
     );
 
     // A typed error name on the wire, not org.freedesktop.DBus.Error.Failed.
-    let connection = connect(&bus).await;
+    let connection = bus.connect().await;
     let manager = dbus_api::proxy::ManagerProxy::new(&connection)
         .await
         .unwrap();
@@ -301,13 +284,13 @@ async fn sriov_job_completes_and_sigterm_stops_the_service() {
         None,
         &["--json", "sriov", "0000:4b:00.0", "--vfs", "4"],
     );
-    let result = json(&output);
+    let result = vgpuctl_json(&output);
     assert_eq!(result["result"], "done", "{result}");
     assert!(result["job"]
         .as_str()
         .unwrap()
         .starts_with("/org/mdevmanager/VGpu1/jobs/"));
-    let parents = json(&vgpuctl(&bus, None, &["--json", "parents"]));
+    let parents = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "parents"]));
     let h200 = parents
         .as_array()
         .unwrap()

@@ -9,33 +9,13 @@ use std::collections::HashMap;
 use dbus_api::names::{interface, option, BUS_NAME, ROOT_PATH};
 use dbus_api::proxy::{InstanceProxy, ManagerProxy, SriovProxy};
 use dbus_api::{path, ErrorKind};
-use e2e_tests::bus::{repo_root, start_service, start_service_on, vgpuctl, TestBus};
+use e2e_tests::bus::{
+    repo_root, service_signals, start_service, start_service_on, vgpuctl, vgpuctl_json, TestBus,
+};
 use futures_util::StreamExt;
-use serde_json::Value;
-use zbus::message::Type;
-use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath, OwnedVariant, Variant};
+use zbus::{Connection, MessageStream, OwnedObjectPath, OwnedVariant, Variant};
 
 const DOMAIN_UUID: &str = "6f1c3a2e-0b9d-4e57-9a11-2c3d4e5f6a7b";
-
-async fn connect(bus: &TestBus) -> Connection {
-    zbus::connection::Builder::address(bus.address().as_str())
-        .build()
-        .await
-        .expect("connect to the test bus")
-}
-
-/// Every signal the service sends, subscribed before a job starts.
-async fn service_signals(connection: &Connection) -> MessageStream {
-    let rule = MatchRule::builder()
-        .msg_type(Type::Signal)
-        .sender(BUS_NAME)
-        .path_namespace(ROOT_PATH)
-        .build()
-        .expect("match rule");
-    MessageStream::for_match_rule(rule, connection, None)
-        .await
-        .expect("subscribe")
-}
 
 /// What the service announced about one job, in order.
 #[derive(Debug, Default)]
@@ -143,7 +123,7 @@ async fn instances(connection: &Connection) -> Vec<(String, String, String)> {
 async fn vf_bind_and_release_run_as_jobs() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let connection = connect(&bus).await;
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.unwrap();
     let mut signals = service_signals(&connection).await;
 
@@ -193,7 +173,7 @@ async fn passthrough_bind_runs_as_a_job_and_failures_carry_their_kind() {
     let topology = repo_root().join("mdev-manager/topologies/passthrough.toml");
     let topology = topology.to_str().expect("utf-8 path");
     let _service = start_service_on(&bus, topology, &[]).expect("mdev-manager");
-    let connection = connect(&bus).await;
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.unwrap();
     let mut signals = service_signals(&connection).await;
 
@@ -267,7 +247,7 @@ async fn passthrough_bind_runs_as_a_job_and_failures_carry_their_kind() {
 async fn a_claim_waiting_for_its_vf_completes_once_sriov_enables_it_or_times_out() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let connection = connect(&bus).await;
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.unwrap();
     let mut signals = service_signals(&connection).await;
 
@@ -342,23 +322,13 @@ async fn a_claim_waiting_for_its_vf_completes_once_sriov_enables_it_or_times_out
     assert!(error.to_string().contains("wait-for-parent"), "{error}");
 }
 
-fn json(output: &std::process::Output) -> Value {
-    assert!(
-        output.status.success(),
-        "vgpuctl failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON")
-}
-
 #[test]
 fn vgpuctl_waits_for_create_jobs_prints_them_with_no_wait_and_lists_jobs() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
 
     // Waits for the job and prints the instances like a plain create.
-    let created = json(&vgpuctl(
+    let created = vgpuctl_json(&vgpuctl(
         &bus,
         None,
         &[
@@ -388,7 +358,7 @@ fn vgpuctl_waits_for_create_jobs_prints_them_with_no_wait_and_lists_jobs() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("no-such-profile"));
 
     // --no-wait prints the job's path at once.
-    let started = json(&vgpuctl(
+    let started = vgpuctl_json(&vgpuctl(
         &bus,
         None,
         &["--json", "create", "nvidia-t4-2q", "--no-wait"],
@@ -398,7 +368,7 @@ fn vgpuctl_waits_for_create_jobs_prints_them_with_no_wait_and_lists_jobs() {
         .is_some_and(|job| job.starts_with("/org/mdevmanager/VGpu1/jobs/")));
 
     // `jobs` lists what runs (an array, possibly empty by now).
-    let jobs = json(&vgpuctl(&bus, None, &["--json", "jobs"]));
+    let jobs = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "jobs"]));
     assert!(jobs.is_array(), "{jobs}");
 
     // Cancelling a job that has ended, or one named wrongly.
@@ -420,7 +390,7 @@ fn vgpuctl_waits_for_create_jobs_prints_them_with_no_wait_and_lists_jobs() {
 fn sigterm_cancels_a_job_waiting_for_a_parent_instead_of_waiting_it_out() {
     let bus = TestBus::start().expect("dbus-daemon");
     let service = start_service(&bus, &[]).expect("mdev-manager");
-    let started = json(&vgpuctl(
+    let started = vgpuctl_json(&vgpuctl(
         &bus,
         None,
         &[
@@ -435,7 +405,7 @@ fn sigterm_cancels_a_job_waiting_for_a_parent_instead_of_waiting_it_out() {
         ],
     ));
     assert!(started["job"].is_string(), "{started}");
-    let jobs = json(&vgpuctl(&bus, None, &["--json", "jobs"]));
+    let jobs = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "jobs"]));
     assert_eq!(jobs.as_array().map(Vec::len), Some(1), "{jobs}");
     assert_eq!(jobs[0]["job"], started["job"]);
     assert_eq!(jobs[0]["operation"], "create-instances");
@@ -449,7 +419,7 @@ fn sigterm_cancels_a_job_waiting_for_a_parent_instead_of_waiting_it_out() {
         .build()
         .unwrap()
         .block_on(async {
-            let connection = connect(&bus).await;
+            let connection = bus.connect().await;
             zbus::fdo::IntrospectableProxy::builder(&connection)
                 .destination(BUS_NAME)
                 .path(job.as_str())

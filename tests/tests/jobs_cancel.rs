@@ -12,17 +12,16 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dbus_api::names::{option, BUS_NAME, ROOT_PATH};
+use dbus_api::names::option;
 use dbus_api::proxy::{JobProxy, ManagerProxy};
 use dbus_api::ErrorKind;
-use e2e_tests::bus::{repo_root, vgpuctl, wait_for, TestBus, TestUser};
+use e2e_tests::bus::{repo_root, service_signals, vgpuctl, wait_for, TestBus, TestUser};
 use futures_util::StreamExt;
 use mdev_manager::daemon::auth::Polkit;
 use mdev_manager::daemon::Service;
 use mdev_manager::engine::{DiskFiles, Engine, EngineConfig};
 use mdev_manager::sim::{Fault, SimHost};
-use zbus::message::Type;
-use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath, Variant};
+use zbus::{Connection, MessageStream, OwnedObjectPath, Variant};
 
 const GPU: &str = "0000:41:00.0";
 const AUDIO: &str = "0000:41:00.1";
@@ -122,18 +121,6 @@ async fn removed(signals: &mut MessageStream, job: &OwnedObjectPath) -> (String,
     }
 }
 
-async fn signals(connection: &Connection) -> MessageStream {
-    let rule = MatchRule::builder()
-        .msg_type(Type::Signal)
-        .sender(BUS_NAME)
-        .path_namespace(ROOT_PATH)
-        .build()
-        .expect("match rule");
-    MessageStream::for_match_rule(rule, connection, None)
-        .await
-        .expect("subscribe")
-}
-
 fn device(kind: &str, pci_address: &str) -> HashMap<&'static str, Variant<'static>> {
     HashMap::from([
         ("kind", Variant::from(kind.to_owned())),
@@ -145,7 +132,7 @@ fn device(kind: &str, pci_address: &str) -> HashMap<&'static str, Variant<'stati
 async fn a_cancelled_passthrough_bind_rolls_back_and_only_its_starter_may_cancel() {
     let host = start(&repo_root().join("mdev-manager/topologies/passthrough.toml")).await;
     let manager = ManagerProxy::new(&host.client).await.unwrap();
-    let mut signals = signals(&host.client).await;
+    let mut signals = service_signals(&host.client).await;
     // The audio function is bound first; its probe write blocks until the fault is released.
     let fault = host
         .sim
@@ -231,7 +218,7 @@ async fn a_cancelled_passthrough_bind_rolls_back_and_only_its_starter_may_cancel
 async fn a_cancelled_wait_for_a_parent_claims_nothing_and_release_jobs_are_not_cancelable() {
     let host = start(&repo_root().join("mdev-manager/topologies/default.toml")).await;
     let manager = ManagerProxy::new(&host.client).await.unwrap();
-    let mut signals = signals(&host.client).await;
+    let mut signals = service_signals(&host.client).await;
 
     let options = HashMap::from([(option::WAIT_FOR_PARENT, Variant::from(600u32))]);
     let job = manager
