@@ -345,6 +345,25 @@ pub fn vgpuctl_json(output: &Output) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON")
 }
 
+/// A copy of `binary` that other users can run: the checkout may sit in a directory only
+/// root can enter (`mktemp -d` makes 0700 directories, and CI clones into one), so a test
+/// that runs a program as another user runs it from the bus's own directory (0755).
+pub fn runnable_by_others(bus: &TestBus, binary: &Path) -> PathBuf {
+    let name = binary.file_name().expect("a binary has a file name");
+    let copy = bus.dir().join(name);
+    if !copy.exists() {
+        let partial = bus
+            .dir()
+            .join(format!(".{}.partial", name.to_string_lossy()));
+        std::fs::copy(binary, &partial)
+            .unwrap_or_else(|e| panic!("cannot copy {}: {e}", binary.display()));
+        set_mode(&partial, 0o755).expect("make the copy executable");
+        // A rename, so a concurrent caller never runs a half-written copy.
+        std::fs::rename(&partial, &copy).expect("put the copy in place");
+    }
+    copy
+}
+
 /// Runs `vgpuctl` against the test bus, as root or (with `user`) as another user.
 pub fn vgpuctl(bus: &TestBus, user: Option<&str>, args: &[&str]) -> Output {
     let binary = workspace_binary("vgpuctl");
@@ -354,7 +373,7 @@ pub fn vgpuctl(bus: &TestBus, user: Option<&str>, args: &[&str]) -> Output {
             command
                 .args(["-u", user, "--", "env"])
                 .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={}", bus.address()))
-                .arg(binary);
+                .arg(runnable_by_others(bus, &binary));
             command
         }
         None => {

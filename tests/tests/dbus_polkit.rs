@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use dbus_api::path;
 use e2e_tests::bus::{
-    packaging_file, start_polkitd, start_service, vgpuctl, vgpuctl_json, wait_for, InstalledFile,
-    TestBus, TestUser,
+    packaging_file, runnable_by_others, start_polkitd, start_service, vgpuctl, vgpuctl_json,
+    wait_for, InstalledFile, TestBus, TestUser,
 };
 use serde_json::Value;
 
@@ -29,7 +29,10 @@ fn call_everything_as(
     let output = Command::new("runuser")
         .args(["-u", user, "--", "env"])
         .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={}", bus.address()))
-        .arg(env!("CARGO_BIN_EXE_mdev-e2e-client"))
+        .arg(runnable_by_others(
+            bus,
+            Path::new(env!("CARGO_BIN_EXE_mdev-e2e-client")),
+        ))
         .args([instance, parent])
         .output()
         .expect("runuser");

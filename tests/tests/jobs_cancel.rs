@@ -170,13 +170,15 @@ async fn a_cancelled_passthrough_bind_rolls_back_and_only_its_starter_may_cancel
     let id = job.as_str().rsplit('/').next().unwrap().to_owned();
     let bus = &host.bus;
     let name = outsider.name.clone();
+    let vgpuctl_binary =
+        e2e_tests::bus::runnable_by_others(bus, &e2e_tests::bus::workspace_binary("vgpuctl"));
     let output = tokio::task::spawn_blocking({
         let address = bus.address();
         move || {
             std::process::Command::new("runuser")
                 .args(["-u", &name, "--", "env"])
                 .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={address}"))
-                .arg(e2e_tests::bus::workspace_binary("vgpuctl"))
+                .arg(vgpuctl_binary)
                 .args(["--no-ask", "job", "cancel", &id])
                 .output()
                 .expect("runuser")

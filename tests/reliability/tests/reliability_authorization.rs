@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use dbus_api::path;
 use e2e_tests::bus::{
-    packaging_file, repo_root, start_polkitd, start_service, vgpuctl, wait_for, InstalledFile,
-    TestBus, TestUser,
+    packaging_file, repo_root, runnable_by_others, start_polkitd, start_service, vgpuctl, wait_for,
+    InstalledFile, TestBus, TestUser,
 };
 
 const ACTIONS_FILE: &str = "/usr/share/polkit-1/actions/org.mdevmanager.vgpu1.policy";
@@ -211,13 +211,13 @@ fn call_everything(
     instances: [&str; 2],
     parent: &str,
 ) -> BTreeMap<String, String> {
-    let mut command = match user {
+    let (mut command, client) = match user {
         Some(user) => {
             let mut command = Command::new("runuser");
             command.args(["-u", user, "--", "env"]);
-            command
+            (command, runnable_by_others(bus, client))
         }
-        None => Command::new("env"),
+        None => (Command::new("env"), client.to_path_buf()),
     };
     let output = command
         .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={}", bus.address()))
