@@ -33,6 +33,20 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every class, in declaration order.
+    pub const ALL: [ErrorKind; 10] = [
+        ErrorKind::NotFound,
+        ErrorKind::AlreadyExists,
+        ErrorKind::InUse,
+        ErrorKind::NoCapacity,
+        ErrorKind::InvalidArgs,
+        ErrorKind::NotSupported,
+        ErrorKind::Busy,
+        ErrorKind::TimedOut,
+        ErrorKind::Cancelled,
+        ErrorKind::Failed,
+    ];
+
     /// The class of a kernel/file-system answer, from its errno (or `io::ErrorKind` when the
     /// error carries no errno).
     pub fn from_io(error: &io::Error) -> Self {
@@ -112,6 +126,24 @@ mod tests {
                 "errno {errno}"
             );
         }
+    }
+
+    /// The daemon maps each class onto the D-Bus error of the same name (the one mapping is
+    /// `From<ErrorKind> for dbus_api::ErrorKind` in `daemon`); every class has a bus kind.
+    #[test]
+    fn every_class_maps_to_the_dbus_error_of_its_name() {
+        let mut names: Vec<&str> = ErrorKind::ALL.iter().map(|kind| kind.name()).collect();
+        for kind in ErrorKind::ALL {
+            let bus = dbus_api::ErrorKind::from(kind);
+            assert_eq!(bus.short_name(), kind.name());
+            assert_eq!(
+                bus.dbus_name(),
+                format!("org.mdevmanager.VGpu1.Error.{}", kind.name())
+            );
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ErrorKind::ALL.len(), "names are distinct");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fmt;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -244,20 +244,7 @@ impl DiskFiles {
     }
 
     fn resolve(&self, path: &Path) -> io::Result<PathBuf> {
-        let mut out = self.root.clone();
-        for component in path.components() {
-            match component {
-                Component::RootDir | Component::CurDir => {}
-                Component::Normal(part) => out.push(part),
-                Component::ParentDir | Component::Prefix(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("path {} leaves the host root", path.display()),
-                    ))
-                }
-            }
-        }
-        Ok(out)
+        crate::host::resolve_under(&self.root, path)
     }
 }
 

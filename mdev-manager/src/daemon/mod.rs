@@ -51,22 +51,29 @@ pub enum DaemonError {
     Join(#[source] tokio::task::JoinError),
 }
 
+/// The daemon's one mapping of the engine's failure classes onto the D-Bus error kinds: 1:1,
+/// by name. (`NotAuthorized` has no engine class: only the daemon's polkit check raises it.)
+impl From<crate::ErrorKind> for ErrorKind {
+    fn from(kind: crate::ErrorKind) -> Self {
+        match kind {
+            crate::ErrorKind::NotFound => ErrorKind::NotFound,
+            crate::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
+            crate::ErrorKind::InUse => ErrorKind::InUse,
+            crate::ErrorKind::NoCapacity => ErrorKind::NoCapacity,
+            crate::ErrorKind::InvalidArgs => ErrorKind::InvalidArgs,
+            crate::ErrorKind::NotSupported => ErrorKind::NotSupported,
+            crate::ErrorKind::Busy => ErrorKind::Busy,
+            crate::ErrorKind::TimedOut => ErrorKind::TimedOut,
+            crate::ErrorKind::Cancelled => ErrorKind::Cancelled,
+            crate::ErrorKind::Failed => ErrorKind::Failed,
+        }
+    }
+}
+
 /// Maps an engine failure onto the typed D-Bus error of its kind; the message is the whole
 /// cause chain on one line.
 pub fn bus_error(error: &EngineError) -> BusError {
-    let kind = match error.kind() {
-        crate::ErrorKind::NotFound => ErrorKind::NotFound,
-        crate::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
-        crate::ErrorKind::InUse => ErrorKind::InUse,
-        crate::ErrorKind::NoCapacity => ErrorKind::NoCapacity,
-        crate::ErrorKind::InvalidArgs => ErrorKind::InvalidArgs,
-        crate::ErrorKind::NotSupported => ErrorKind::NotSupported,
-        crate::ErrorKind::Busy => ErrorKind::Busy,
-        crate::ErrorKind::TimedOut => ErrorKind::TimedOut,
-        crate::ErrorKind::Cancelled => ErrorKind::Cancelled,
-        crate::ErrorKind::Failed => ErrorKind::Failed,
-    };
-    BusError::new(kind, error_chain(error))
+    BusError::new(error.kind().into(), error_chain(error))
 }
 
 /// `error: cause: cause` on one line.

@@ -134,20 +134,7 @@ pub fn fill(model: &mut Model, engine: &Engine, inventory: &crate::engine::Inven
 }
 
 fn bus_error(error: &ScheduleError) -> BusError {
-    use dbus_api::ErrorKind as Bus;
-    let kind = match error.kind() {
-        crate::ErrorKind::NotFound => Bus::NotFound,
-        crate::ErrorKind::AlreadyExists => Bus::AlreadyExists,
-        crate::ErrorKind::InUse => Bus::InUse,
-        crate::ErrorKind::NoCapacity => Bus::NoCapacity,
-        crate::ErrorKind::InvalidArgs => Bus::InvalidArgs,
-        crate::ErrorKind::NotSupported => Bus::NotSupported,
-        crate::ErrorKind::Busy => Bus::Busy,
-        crate::ErrorKind::TimedOut => Bus::TimedOut,
-        crate::ErrorKind::Cancelled => Bus::Cancelled,
-        crate::ErrorKind::Failed => Bus::Failed,
-    };
-    BusError::new(kind, error_chain(error))
+    BusError::new(error.kind().into(), error_chain(error))
 }
 
 async fn call<T, F>(service: &Service, f: F) -> Result<T, BusError>

@@ -55,21 +55,28 @@ impl RealFs {
     /// Maps a host-absolute path into the root. `..` components are refused so that a name
     /// taken from input can never escape the tree.
     pub fn resolve(&self, path: &Path) -> io::Result<PathBuf> {
-        let mut out = self.root.clone();
-        for component in path.components() {
-            match component {
-                Component::RootDir | Component::CurDir => {}
-                Component::Normal(part) => out.push(part),
-                Component::ParentDir | Component::Prefix(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("path {} leaves the host root", path.display()),
-                    ))
-                }
+        resolve_under(&self.root, path)
+    }
+}
+
+/// Maps the host-absolute `path` into the tree at `root` (what [`RealFs::resolve`] and the
+/// state files' `DiskFiles` do). `..` and prefix components are refused (`InvalidInput`,
+/// naming the path) so that a name taken from input can never escape the tree.
+pub(crate) fn resolve_under(root: &Path, path: &Path) -> io::Result<PathBuf> {
+    let mut out = root.to_path_buf();
+    for component in path.components() {
+        match component {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(part) => out.push(part),
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("path {} leaves the host root", path.display()),
+                ))
             }
         }
-        Ok(out)
     }
+    Ok(out)
 }
 
 impl HostFs for RealFs {
