@@ -56,9 +56,22 @@ impl<'a> Props<'a> {
     }
 
     fn paths(&self, property: &'static str) -> Result<Vec<String>, PropertyError> {
-        let paths: Vec<OwnedObjectPath> = self.get(property)?;
-        Ok(paths.into_iter().map(|p| p.as_str().to_string()).collect())
+        Ok(path_strings(self.get(property)?))
     }
+}
+
+fn path_strings(paths: Vec<OwnedObjectPath>) -> Vec<String> {
+    paths.into_iter().map(|p| p.as_str().to_string()).collect()
+}
+
+/// [`Snapshot`] order of types: parent, then id.
+fn sort_types(types: &mut [MdevTypeRecord]) {
+    types.sort_by(|a, b| (&a.parent, &a.id).cmp(&(&b.parent, &b.id)));
+}
+
+/// [`Snapshot`] order of instances: parent, then UUID.
+fn sort_instances(instances: &mut [InstanceRecord]) {
+    instances.sort_by(|a, b| (&a.parent, &a.uuid).cmp(&(&b.parent, &b.uuid)));
 }
 
 /// A parent device.
@@ -325,12 +338,8 @@ impl Snapshot {
             }
         }
         snapshot.parents.sort_by(|a, b| a.name.cmp(&b.name));
-        snapshot
-            .types
-            .sort_by(|a, b| (&a.parent, &a.id).cmp(&(&b.parent, &b.id)));
-        snapshot
-            .instances
-            .sort_by(|a, b| (&a.parent, &a.uuid).cmp(&(&b.parent, &b.uuid)));
+        sort_types(&mut snapshot.types);
+        sort_instances(&mut snapshot.instances);
         snapshot.profiles.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(snapshot)
     }
@@ -444,11 +453,7 @@ impl From<TypeEntry> for MdevTypeRecord {
             device_api: entry.device_api,
             parent: entry.parent_name,
             available_instances: entry.available_instances,
-            instances: entry
-                .instances
-                .into_iter()
-                .map(|p| p.as_str().to_string())
-                .collect(),
+            instances: path_strings(entry.instances),
         }
     }
 }
@@ -464,13 +469,13 @@ pub fn find_instance<'a>(instances: &'a [InstanceRecord], key: &str) -> Option<&
 /// Instances from a `Manager.ListInstances` reply, in [`Snapshot`] order (parent, then UUID).
 pub fn instances_from_entries(entries: Vec<InstanceEntry>) -> Vec<InstanceRecord> {
     let mut records: Vec<InstanceRecord> = entries.into_iter().map(Into::into).collect();
-    records.sort_by(|a, b| (&a.parent, &a.uuid).cmp(&(&b.parent, &b.uuid)));
+    sort_instances(&mut records);
     records
 }
 
 /// Types from a `Manager.ListTypes` reply, in [`Snapshot`] order (parent, then id).
 pub fn types_from_entries(entries: Vec<TypeEntry>) -> Vec<MdevTypeRecord> {
     let mut records: Vec<MdevTypeRecord> = entries.into_iter().map(Into::into).collect();
-    records.sort_by(|a, b| (&a.parent, &a.id).cmp(&(&b.parent, &b.id)));
+    sort_types(&mut records);
     records
 }
