@@ -101,6 +101,8 @@ pub enum Command {
         force: bool,
         /// Run as a job that first waits up to SECS seconds for the parent to appear (VFs being
         /// enabled, a driver loading), then creates; fails with "timed out" naming the parent.
+        /// Ctrl-C (or SIGTERM) while waiting cancels the job (nothing is created, exit status
+        /// 12); a second one stops waiting at once.
         #[arg(long, value_name = "SECS")]
         wait_for_parent: Option<u32>,
         /// Run as a job and print its path at once instead of waiting for it (see `vgpuctl
@@ -116,6 +118,11 @@ pub enum Command {
         /// Also when a VM holds it or the service did not create it.
         #[arg(long)]
         force: bool,
+        /// Start one destroy job per instance (`Instance.StartDestroy`) and print their paths
+        /// at once instead of waiting (see `vgpuctl jobs`). Each job checks its instance
+        /// itself: one can fail while the others succeed.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Create the device of a persistent, stopped instance.
     Start {
@@ -139,7 +146,8 @@ pub enum Command {
         /// UUID (or a VF's PCI address).
         uuid: String,
     },
-    /// Set the number of SR-IOV VFs of a parent and wait until done.
+    /// Set the number of SR-IOV VFs of a parent and wait until done (the change cannot be
+    /// cancelled: Ctrl-C says so and keeps waiting, a second Ctrl-C stops waiting).
     Sriov {
         /// PF name or PCI address.
         parent: String,
@@ -316,4 +324,36 @@ pub enum GenerateWhat {
     Completions,
     /// Man pages (vgpuctl.1 and one per subcommand).
     Man,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    /// The command line is well-formed (clap's own checks: conflicting names, `requires` on
+    /// arguments that exist, ...), so the man pages and completions generated from it are too.
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// `destroy --no-wait` parses, with several UUIDs.
+    #[test]
+    fn destroy_takes_no_wait() {
+        let cli = Cli::try_parse_from(["vgpuctl", "destroy", "--no-wait", "a", "b"]).unwrap();
+        match cli.command {
+            super::Command::Destroy {
+                uuids,
+                no_wait,
+                force,
+            } => {
+                assert_eq!(uuids, ["a", "b"]);
+                assert!(no_wait);
+                assert!(!force);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
 }

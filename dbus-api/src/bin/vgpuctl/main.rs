@@ -19,7 +19,6 @@ use dbus_api::names::{option, BUS_NAME, ROOT_PATH};
 use dbus_api::proxy::{InstanceProxy, ManagerProxy, SriovProxy};
 use dbus_api::wire::{InstanceRecord, MdevTypeRecord, Snapshot};
 use dbus_api::{path, BusTarget, ClientError, ErrorKind};
-use futures_util::StreamExt;
 use zbus::{Connection, Variant};
 
 use cli::{Cli, Command, GenerateWhat, JobAction, ScheduleAction};
@@ -424,27 +423,45 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 }
                 // Subscribed before the call: the job may end before its path comes back.
                 let watch = jobs::JobWatch::subscribe(&connection).await?;
+                // Caught before the call too: from here on Ctrl-C cancels the job we wait
+                // for instead of leaving it to create what the user abandoned.
+                let mut interrupts = if *no_wait {
+                    None
+                } else {
+                    Some(jobs::Interrupts::catch()?)
+                };
                 let job = manager
                     .start_create_instances(profile, opts)
                     .await
                     .map_err(ClientError::from)?;
-                if *no_wait {
+                let Some(interrupts) = interrupts.as_mut() else {
                     if json {
                         return print_json(&serde_json::json!({ "job": job.as_str() }));
                     }
                     outln!("{}", job.as_str());
                     return Ok(());
-                }
+                };
                 if !json {
                     eprintln!(
-                        "vgpuctl: job {} started (`vgpuctl job cancel {}` stops it)",
+                        "vgpuctl: job {} started (Ctrl-C or `vgpuctl job cancel {}` stops it)",
                         job.as_str(),
                         job.as_str().rsplit('/').next().unwrap_or_default()
                     );
                 }
-                let end = watch.wait(&job).await?;
+                let waited = jobs::wait_or_cancel(
+                    &connection,
+                    watch,
+                    &job,
+                    interrupts,
+                    "nothing was created",
+                )
+                .await?;
+                let end = waited.end;
                 if !end.success {
                     return Err(end.failure());
+                }
+                if waited.cancel_too_late {
+                    finished_before_cancel(&connection, &end).await?;
                 }
                 end.result_objects
             } else {
@@ -465,7 +482,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 outln!("{}", record.uuid);
             }
         }
-        Command::Destroy { uuids, force } => {
+        Command::Destroy {
+            uuids,
+            force,
+            no_wait,
+        } => {
             let instances = list_instances(&connection).await?;
             // Look every UUID up first, so a typo in the last one destroys nothing.
             let records = uuids
@@ -475,10 +496,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                         .ok_or_else(|| failure(ErrorKind::NotFound, format!("no instance {u}")))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let mut opts = options(&cli);
-            if *force {
-                opts.insert(option::FORCE, Variant::from(true));
+            let opts = || {
+                let mut opts = options(&cli);
+                if *force {
+                    opts.insert(option::FORCE, Variant::from(true));
+                }
+                opts
+            };
+            if *no_wait {
+                return start_destroy_jobs(&connection, &records, opts, json).await;
             }
+            let opts = opts();
             let destroyed: Vec<String> = records.iter().map(|r| r.uuid.clone()).collect();
             if let [record] = records.as_slice() {
                 instance_proxy(&connection, record)
@@ -533,9 +561,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             force,
             no_wait,
         } => {
-            let manager = ManagerProxy::new(&connection).await?;
-            // Subscribe before calling: the job may finish before the reply arrives.
-            let mut removed = manager.receive_job_removed().await?;
+            // Subscribed before the call: the job may end before its path comes back.
+            let watch = jobs::JobWatch::subscribe(&connection).await?;
             let proxy = SriovProxy::builder(&connection)
                 .path(path::parent_path(parent))
                 .build()
@@ -544,41 +571,46 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             if *force {
                 opts.insert(option::FORCE, Variant::from(true));
             }
+            let mut interrupts = if *no_wait {
+                None
+            } else {
+                Some(jobs::Interrupts::catch()?)
+            };
             let job = proxy
                 .set_num_vfs(*vfs, opts)
                 .await
                 .map_err(|e| sriov_error(e, parent))?;
-            if *no_wait {
+            let Some(interrupts) = interrupts.as_mut() else {
                 if json {
                     return print_json(&serde_json::json!({ "job": job.as_str() }));
                 }
                 outln!("{}", job.as_str());
                 return Ok(());
+            };
+            // A VF change is one kernel write and cannot be cancelled: Ctrl-C says so and
+            // keeps waiting (a second one stops the waiting).
+            let end = jobs::wait_or_cancel(
+                &connection,
+                watch,
+                &job,
+                interrupts,
+                &format!("the VFs of {parent} were not changed"),
+            )
+            .await?
+            .end;
+            if json {
+                print_json(&serde_json::json!({
+                    "job": job.as_str(),
+                    "result": end.result(),
+                    "message": end.message,
+                }))?;
+            } else if end.success {
+                outln!("{}", end.message);
             }
-            while let Some(signal) = removed.next().await {
-                let args = signal.args()?;
-                if args.job.as_str() != job.as_str() {
-                    continue;
-                }
-                let done = args.result == "done";
-                if json {
-                    print_json(&serde_json::json!({
-                        "job": job.as_str(),
-                        "result": args.result,
-                        "message": args.message,
-                    }))?;
-                } else if done {
-                    outln!("{}", args.message);
-                }
-                if done {
-                    return Ok(());
-                }
-                return Err(jobs::job_failure(&args.message));
+            if end.success {
+                return Ok(());
             }
-            return Err(Failure {
-                message: format!("the service went away before job {} finished", job.as_str()),
-                code: EXIT_UNAVAILABLE,
-            });
+            return Err(end.failure());
         }
         Command::Jobs => return jobs::list(&connection, json).await,
         Command::Job {
@@ -724,6 +756,84 @@ fn print_probe(target: &str, report: &str, json: bool) -> Result<(), Failure> {
         message: format!("probe of {target}: {failed} failed"),
         code: 1,
     })
+}
+
+/// Says on stderr what a job that completed before an interrupt's cancel took effect created.
+async fn finished_before_cancel(
+    connection: &Connection,
+    end: &jobs::JobEnd,
+) -> Result<(), Failure> {
+    let instances = list_instances(connection).await?;
+    let created: Vec<&str> = end
+        .result_objects
+        .iter()
+        .map(|object| {
+            instances
+                .iter()
+                .find(|i| i.object == object.as_str())
+                .map_or(object.as_str(), |i| i.uuid.as_str())
+        })
+        .collect();
+    eprintln!(
+        "vgpuctl: job {} completed before the cancel took effect: it created {}",
+        end.job.as_str(),
+        if created.is_empty() {
+            "nothing".to_string()
+        } else {
+            created.join(", ")
+        }
+    );
+    Ok(())
+}
+
+/// `destroy --no-wait`: one `Instance.StartDestroy` job per instance; prints their paths.
+/// When one cannot be started, the jobs already started are printed before the failure.
+async fn start_destroy_jobs(
+    connection: &Connection,
+    records: &[&InstanceRecord],
+    options: impl Fn() -> HashMap<&'static str, Variant<'static>>,
+    json: bool,
+) -> Result<(), Failure> {
+    let mut started: Vec<(String, zbus::OwnedObjectPath)> = Vec::new();
+    let mut failed = None;
+    for record in records {
+        let result = match instance_proxy(connection, record).await {
+            Ok(proxy) => proxy
+                .start_destroy(options())
+                .await
+                .map_err(|e| Failure::from(ClientError::from(e))),
+            Err(failure) => Err(failure),
+        };
+        match result {
+            Ok(job) => started.push((record.uuid.clone(), job)),
+            Err(failure) => {
+                failed = Some(failure);
+                break;
+            }
+        }
+    }
+    if json {
+        let jobs: Vec<serde_json::Value> = started
+            .iter()
+            .map(|(uuid, job)| serde_json::json!({ "uuid": uuid, "job": job.as_str() }))
+            .collect();
+        print_json(&serde_json::json!({ "jobs": jobs }))?;
+    } else {
+        for (_, job) in &started {
+            outln!("{}", job.as_str());
+        }
+    }
+    match failed {
+        None => Ok(()),
+        Some(mut failure) if !started.is_empty() => {
+            failure.message = format!(
+                "{} (the destroy jobs printed above were started and run on)",
+                failure.message
+            );
+            Err(failure)
+        }
+        Some(failure) => Err(failure),
+    }
 }
 
 /// `SetNumVfs` on a path with no Sriov interface is the bus's UnknownObject/UnknownInterface:
