@@ -1396,7 +1396,18 @@ impl JobIface {
             for (key, value) in &self.control.details {
                 request = request.detail(key, value.clone());
             }
-            self.service.authorizer.check(request).await?;
+            // The refusal names the job: the action's own message names only its target.
+            self.service
+                .authorizer
+                .check(request)
+                .await
+                .map_err(|error| match error {
+                    BusError::NotAuthorized(why) => BusError::NotAuthorized(format!(
+                        "cannot cancel {what}, started by uid {}: {why}",
+                        self.data.started_by_uid
+                    )),
+                    other => other,
+                })?;
         }
         tracing::info!(job = %what, uid, "cancel requested");
         self.control.token.cancel();
