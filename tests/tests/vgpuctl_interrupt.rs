@@ -1,12 +1,13 @@
-//! Ctrl-C while `vgpuctl` waits for a Job it started, over a real bus: the Job is cancelled
-//! (exit 12, nothing created, not even when the awaited parent appears afterwards); a Job that
-//! cannot be cancelled (an SR-IOV change) is said to be so and keeps running, and a second
-//! Ctrl-C stops the waiting at once. Also `vgpuctl destroy --no-wait`, which starts destroy
+//! Ctrl-C (or SIGTERM) while `vgpuctl` waits for a Job it started, over a real bus: the Job is
+//! cancelled (exit 12, nothing created, not even when the awaited parent appears afterwards);
+//! a Job that cannot be cancelled (an SR-IOV change) is said to be so and keeps running, and a
+//! second Ctrl-C stops the waiting at once. Also `vgpuctl destroy --no-wait`, which starts destroy
 //! Jobs and prints their paths.
 //!
 //! The create and destroy tests run the service as its own process on the simulated host; the
 //! SR-IOV test runs it in this process so that it can hold the `sriov_numvfs` write mid-way.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -128,11 +129,21 @@ async fn job_appears(connection: &Connection, operation: &str) -> OwnedObjectPat
 
 /// `Manager.JobRemoved` for `job`: (result, message).
 async fn removed(signals: &mut MessageStream, job: &str) -> (String, String) {
+    removed_all(signals, &[job]).await.remove(job).unwrap()
+}
+
+/// `Manager.JobRemoved` of each of `jobs`, in whatever order they end: path -> (result,
+/// message).
+async fn removed_all(
+    signals: &mut MessageStream,
+    jobs: &[&str],
+) -> HashMap<String, (String, String)> {
     let deadline = tokio::time::Instant::now() + BOUND;
-    loop {
+    let mut ended = HashMap::new();
+    while ended.len() < jobs.len() {
         let message = tokio::time::timeout_at(deadline, signals.next())
             .await
-            .expect("the job ends")
+            .unwrap_or_else(|_| panic!("the jobs end; ended so far: {ended:?}"))
             .expect("stream open")
             .expect("signal");
         if message.header().member().map(|m| m.as_str()) != Some("JobRemoved") {
@@ -140,10 +151,11 @@ async fn removed(signals: &mut MessageStream, job: &str) -> (String, String) {
         }
         let (path, result, text): (OwnedObjectPath, String, String) =
             message.body().deserialize().unwrap();
-        if path.as_str() == job {
-            return (result, text);
+        if jobs.contains(&path.as_str()) {
+            ended.insert(path.to_string(), (result, text));
         }
     }
+    ended
 }
 
 fn instances(bus: &TestBus) -> Vec<serde_json::Value> {
@@ -243,6 +255,50 @@ async fn ctrl_c_cancels_the_create_job_vgpuctl_waits_for() {
     assert_eq!(listed[0]["parent"], A2_VF);
 }
 
+/// SIGTERM (a service manager or `timeout` stopping vgpuctl) cancels the job the same way.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_cancels_the_job_too() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let connection = bus.connect().await;
+    let mut signals = service_signals(&connection).await;
+
+    // A parent that never appears; --json changes nothing about the cancel.
+    let child = spawn_vgpuctl(
+        &bus,
+        &[
+            "--json",
+            "create",
+            "nvidia-t4-2q",
+            "--parent",
+            "0000:99:00.0",
+            "--wait-for-parent",
+            "3600",
+        ],
+    );
+    let job = job_appears(&connection, "create-instances").await;
+    send(&child, libc::SIGTERM);
+    let output = finished(child).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(ErrorKind::Cancelled.exit_code() as i32),
+        "{stderr}"
+    );
+    assert!(stderr.contains("SIGTERM: cancelling job"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "job {} cancelled: nothing was created",
+            job.as_str()
+        )),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "no JSON for a cancelled create");
+    let (result, message) = removed(&mut signals, job.as_str()).await;
+    assert_eq!(result, "cancelled", "{message}");
+    assert!(instances(&bus).is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn destroy_no_wait_prints_the_jobs_and_the_instances_go() {
     let bus = TestBus::start().expect("dbus-daemon");
@@ -292,12 +348,16 @@ async fn destroy_no_wait_prints_the_jobs_and_the_instances_go() {
     ));
     let jobs = started["jobs"].as_array().expect("jobs array");
     assert_eq!(jobs.len(), 2, "{started}");
+    let mut paths = Vec::new();
     for (entry, uuid) in jobs.iter().zip(&uuids) {
         assert_eq!(entry["uuid"], uuid.as_str(), "{started}");
         let job = entry["job"].as_str().expect("job path");
         assert!(job.starts_with("/org/mdevmanager/VGpu1/jobs/"), "{job}");
-        let (result, message) = removed(&mut signals, job).await;
-        assert_eq!(result, "done", "{message}");
+        paths.push(job);
+    }
+    assert_ne!(paths[0], paths[1], "a job per instance");
+    for (job, (result, message)) in removed_all(&mut signals, &paths).await {
+        assert_eq!(result, "done", "{job}: {message}");
     }
     let left = instances(&bus);
     assert_eq!(left.len(), 1, "{left:?}");
