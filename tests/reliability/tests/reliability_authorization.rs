@@ -134,15 +134,21 @@ const TABLE: [(&str, &str, Expect, Expect, Expect); 17] = [
     ),
 ];
 
-/// Methods of the published interface that change nothing and so need no action, or whose
-/// authorization is not a fixed action (a Job's starter may cancel it): never in [`TABLE`].
-const NOT_IN_TABLE: [&str; 6] = [
+/// Methods called on an object the test makes for each caller rather than by the client:
+/// `Job.Cancel` of a create job root started (waiting for a parent that never comes), so the
+/// action is the operation's (`manage-instances`) and only root is the starter. Same columns
+/// as [`TABLE`]; `tests/tests/jobs_cancel_polkit.rs` covers a non-root starter.
+const ON_A_ROOT_JOB: [(&str, &str, Expect, Expect, Expect); 1] =
+    [("Job.Cancel", "manage-instances", Allowed, Refused, Allowed)];
+
+/// Methods of the published interface that change nothing and so need no action: never in
+/// [`TABLE`].
+const NOT_IN_TABLE: [&str; 5] = [
     "Manager.GetPermissions",
     "Manager.Probe",
     "Manager.VerifyDomain",
     "Manager.ListInstances",
     "Manager.ListTypes",
-    "Job.Cancel",
 ];
 
 /// `Interface.Method` for every method of the published introspection XML.
@@ -169,6 +175,7 @@ fn published_methods() -> Vec<String> {
 fn the_table_covers_every_published_method() {
     let mut covered: Vec<String> = TABLE
         .iter()
+        .chain(&ON_A_ROOT_JOB)
         .map(|row| row.0)
         .chain(NOT_IN_TABLE)
         .map(str::to_owned)
@@ -250,6 +257,76 @@ fn create_instance(bus: &TestBus) -> String {
     path::mdev_instance_path(&uuid).to_string()
 }
 
+/// The exit status `vgpuctl` gives a NotAuthorized error.
+fn refused_exit() -> Option<i32> {
+    Some(i32::from(dbus_api::ErrorKind::NotAuthorized.exit_code()))
+}
+
+/// [`ON_A_ROOT_JOB`] for one caller: root starts a create job waiting for a parent that never
+/// comes, `user` (root when `None`) asks `vgpuctl --no-ask job cancel` to stop it, and the job
+/// must end cancelled when allowed and keep running when refused (root cancels it then).
+fn check_cancel(bus: &TestBus, caller: &str, user: Option<&str>, expect: Expect) {
+    let started = vgpuctl(
+        bus,
+        None,
+        &[
+            "--json",
+            "create",
+            "nvidia-t4-2q",
+            "--parent",
+            "0000:99:00.0",
+            "--wait-for-parent",
+            "600",
+            "--no-wait",
+        ],
+    );
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let started: serde_json::Value = serde_json::from_slice(&started.stdout).expect("JSON");
+    let job = started["job"].as_str().expect("a job path").to_string();
+    let number = job.rsplit('/').next().unwrap_or_default();
+    let output = vgpuctl(bus, user, &["--no-ask", "job", "cancel", number]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let row = &ON_A_ROOT_JOB[0];
+    println!(
+        "{caller:>10} {:<26} {:<18} exit {:?} {}",
+        row.0,
+        row.1,
+        output.status.code(),
+        stderr.trim()
+    );
+    let running = |bus: &TestBus| {
+        let jobs = vgpuctl(bus, None, &["--json", "jobs"]).stdout;
+        let jobs: serde_json::Value = serde_json::from_slice(&jobs).expect("jobs JSON");
+        jobs.as_array()
+            .is_some_and(|jobs| jobs.iter().any(|j| j["job"] == job.as_str()))
+    };
+    match expect {
+        Allowed => {
+            assert!(output.status.success(), "{caller} {}: {stderr}", row.0);
+            wait_for(Duration::from_secs(30), || !running(bus))
+                .unwrap_or_else(|_| panic!("{caller}: the cancelled job {job} still runs"));
+        }
+        Refused => {
+            assert_eq!(
+                output.status.code(),
+                refused_exit(),
+                "{caller} {}: {stderr}",
+                row.0
+            );
+            assert!(stderr.contains(&job), "{stderr}");
+            assert!(running(bus), "{caller}: a refused cancel stopped {job}");
+            let output = vgpuctl(bus, None, &["job", "cancel", number]);
+            assert!(output.status.success(), "root cancels {job}");
+            wait_for(Duration::from_secs(30), || !running(bus))
+                .unwrap_or_else(|_| panic!("root's cancel of {job} did not end it"));
+        }
+    }
+}
+
 fn check_row(caller: &str, results: &BTreeMap<String, String>, column: impl Fn(usize) -> Expect) {
     let listed: Vec<&str> = TABLE.iter().map(|row| row.0).collect();
     let called: Vec<&str> = results.keys().map(String::as_str).collect();
@@ -323,6 +400,7 @@ fn every_mutating_method_per_caller_matches_the_table() {
     let before = vgpuctl(&bus, None, &["--json", "list"]).stdout;
     let results = call_everything(&bus, &client, Some(&outsider.name), instance, &h200);
     check_row("user", &results, |i| TABLE[i].3);
+    check_cancel(&bus, "user", Some(&outsider.name), ON_A_ROOT_JOB[0].3);
     assert_eq!(
         vgpuctl(&bus, None, &["--json", "list"]).stdout,
         before,
@@ -333,9 +411,11 @@ fn every_mutating_method_per_caller_matches_the_table() {
     let instance = [instances[0].as_str(), instances[1].as_str()];
     let results = call_everything(&bus, &client, Some(&member.name), instance, &h200);
     check_row("group", &results, |i| TABLE[i].4);
+    check_cancel(&bus, "group", Some(&member.name), ON_A_ROOT_JOB[0].4);
 
     let instances = [create_instance(&bus), create_instance(&bus)];
     let instance = [instances[0].as_str(), instances[1].as_str()];
     let results = call_everything(&bus, &client, None, instance, &h200);
     check_row("root", &results, |i| TABLE[i].2);
+    check_cancel(&bus, "root", None, ON_A_ROOT_JOB[0].2);
 }
