@@ -213,7 +213,13 @@ impl Engine {
                 }
                 let parent_lock = self.parent_lock(&pf);
                 let _serialized = lock(&parent_lock);
-                self.set_num_vfs_locked(address, num_vfs, DestroyOptions::default())?;
+                // Forced past records that name current VFs: a count that differs from the
+                // recorded one means every VF was re-made since (the kernel only changes a
+                // non-zero count through 0), so no record's device survives. Refusing here
+                // left the host on the other count until a later pass found the records gone
+                // and changed it then (seen in the crash torture). A VF held by a process is
+                // still refused, forced or not.
+                self.set_num_vfs_locked(address, num_vfs, DestroyOptions { force: true })?;
                 Ok::<bool, EngineError>(true)
             })();
             match result {

@@ -688,6 +688,55 @@ fn held_vfs_block_disabling() {
     assert_eq!(s.sim.vf_count(), 1);
 }
 
+/// A forced VF-count change that crashed after the kernel took the new count but before the
+/// state was saved: the state still names the old count and a record on a VF that was re-made.
+/// One reconcile settles it (the recorded count comes back, the autostart VF is bound again);
+/// a second changes nothing. Found by the crash torture, where the first pass was refused
+/// ("carries an instance") and a later pass changed the count.
+#[test]
+fn reconcile_settles_a_vf_count_change_cut_short_in_one_pass() {
+    let s = setup("samples");
+    s.engine
+        .set_num_vfs(NVME, 2, DestroyOptions::default())
+        .unwrap();
+    let info = s
+        .engine
+        .create(CreateRequest {
+            autostart: true,
+            ..CreateRequest::new(CreateTarget::Vf {
+                pf: NVME.into(),
+                vf: None,
+            })
+        })
+        .unwrap();
+    // The crashed change's host writes (the engine's state save never happened).
+    let numvfs = Path::new("/sys/bus/pci/devices/0000:01:00.0/sriov_numvfs");
+    s.sim.write(numvfs, b"0").unwrap();
+    s.sim.write(numvfs, b"4").unwrap();
+    assert_eq!(s.sim.vf_count(), 4);
+
+    let engine = open(&s.sim, s.dir.path());
+    let report = engine.reconcile().unwrap();
+    assert_eq!(
+        report.actions,
+        vec![
+            ReconcileAction::VfsRestored {
+                pf: NVME.into(),
+                num_vfs: 2
+            },
+            ReconcileAction::Recreated {
+                uuid: info.uuid.clone()
+            },
+        ]
+    );
+    assert_eq!(s.sim.vf_count(), 2);
+    assert!(engine.instance(&info.uuid).unwrap().active);
+
+    let again = open(&s.sim, s.dir.path()).reconcile().unwrap();
+    assert!(again.actions.is_empty(), "{:?}", again.actions);
+    assert_eq!(s.sim.vf_count(), 2);
+}
+
 #[test]
 fn nvidia_sriov_vgpu_takes_a_free_vf_and_clears_it() {
     let s = setup("default");

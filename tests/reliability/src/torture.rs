@@ -480,6 +480,9 @@ struct Model {
     created: BTreeSet<String>,
     /// The PF's VF count after the last acknowledged change (`None`: not known).
     num_vfs: Option<u32>,
+    /// The last worker round's operations, outcomes and VF-count writes, for the message of a
+    /// VF-count violation (the kill lands at a random point, so the run can't be replayed).
+    vf_trace: Vec<String>,
 }
 
 /// Runs the torture (see the module documentation).
@@ -825,6 +828,23 @@ fn marks(events: &[Event]) -> impl Iterator<Item = &str> {
     })
 }
 
+/// A write to `sriov_numvfs`, as text for a violation message.
+fn numvfs_write(event: &Event) -> Option<String> {
+    match event {
+        Event::Write { path, data, ok } if path.ends_with("sriov_numvfs") => Some(format!(
+            "write {:?} to {} ({})",
+            String::from_utf8_lossy(data).trim(),
+            path.display(),
+            if *ok { "ok" } else { "failed" }
+        )),
+        _ => None,
+    }
+}
+
+fn numvfs_writes(events: &[Event]) -> Vec<String> {
+    events.iter().filter_map(numvfs_write).collect()
+}
+
 fn outcomes(events: &[Event]) -> Vec<Outcome> {
     marks(events)
         .filter_map(|m| m.strip_prefix("ACK "))
@@ -865,6 +885,17 @@ fn absorb(
 ) {
     let mut current: Option<Op> = None;
     let mut net_created: BTreeSet<String> = BTreeSet::new();
+    model.vf_trace = round
+        .events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Mark(mark) if mark.starts_with("BEGIN ") || mark.starts_with("ACK ") => {
+                Some(mark.clone())
+            }
+            Event::Write { .. } => numvfs_write(event),
+            _ => None,
+        })
+        .collect();
     for event in &round.events {
         match event {
             Event::Write {
@@ -1108,8 +1139,10 @@ fn check_round(
     if let Some(expected) = model.num_vfs {
         if sim.vf_count() != expected as usize {
             fail(format!(
-                "PF has {} VFs, acknowledged {expected}",
-                sim.vf_count()
+                "PF has {} VFs, acknowledged {expected}; last round: {}; restart: {}",
+                sim.vf_count(),
+                model.vf_trace.join(" | "),
+                numvfs_writes(&round.events).join(" | ")
             ));
         }
     }
