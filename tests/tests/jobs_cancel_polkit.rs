@@ -6,7 +6,8 @@
 //! The polkit rule of this test grants `manage-instances` to one group only for `verb`
 //! `cancel` and to another only for `verb` `create`, so a member of the first may cancel but
 //! not create, and a member of the second may start a job but would be refused a cancel by
-//! polkit: its own job's cancel passing shows the starter rule, not polkit, let it through.
+//! polkit: its own job's cancel passing (even after the rule is removed) shows the starter
+//! rule, not polkit, let it through.
 //!
 //! Calls as another user go through `runuser`: `vgpuctl`, or this test binary itself running
 //! [`cancel_as_caller`] (which prints the D-Bus error name and message of one `Job.Cancel`).
@@ -227,7 +228,7 @@ async fn only_the_starter_or_a_holder_of_the_operations_action_may_cancel_a_job(
          return polkit.Result.NOT_HANDLED;\n}});\n",
         manage = action::MANAGE_INSTANCES,
     );
-    let _rule = InstalledFile::install(
+    let rule = InstalledFile::install(
         format!("/etc/polkit-1/rules.d/49-mdev-job-cancel-{suffix}.rules"),
         rule.as_bytes(),
     )
@@ -428,7 +429,28 @@ async fn only_the_starter_or_a_holder_of_the_operations_action_may_cancel_a_job(
     );
 
     // 3. The non-root starter cancels its own job through vgpuctl, although polkit refuses it
-    // `manage-instances` for `cancel` (as just seen on root's job).
+    // `manage-instances` for `cancel` (as just seen on root's job), and even once the rule
+    // that let it start the job is gone. A create on the absent parent tells when polkitd has
+    // dropped the rule: NotFound (no such parent) while granted, NotAuthorized after.
+    let probe = || {
+        vgpuctl(
+            &bus,
+            Some(&starter.name),
+            &["--no-ask", "create", "nvidia-t4-2q", "--parent", ABSENT],
+        )
+    };
+    let output = probe();
+    assert_eq!(
+        output.status.code(),
+        Some(ErrorKind::NotFound.exit_code() as i32),
+        "{}",
+        stderr(&output)
+    );
+    drop(rule);
+    wait_for(Duration::from_secs(30), || {
+        probe().status.code() == Some(ErrorKind::NotAuthorized.exit_code() as i32)
+    })
+    .expect("polkitd dropped the rule");
     assert!(!their_job.finished().await.unwrap());
     let output = vgpuctl(
         &bus,
