@@ -40,33 +40,46 @@ fn target_dir() -> PathBuf {
 pub fn workspace_binary(name: &str) -> PathBuf {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(repo_root())
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "mdev-manager",
-                "--bin",
-                "mdev-manager",
-                "-p",
-                "dbus-api",
-                "--bin",
-                "vgpuctl",
-            ])
-            .status()
-            .map_err(|e| format!("cannot run cargo build: {e}"))?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(format!("cargo build of the binaries failed: {status}"))
-        }
+        cargo_build(&[
+            "-p",
+            "mdev-manager",
+            "--bin",
+            "mdev-manager",
+            "-p",
+            "dbus-api",
+            "--bin",
+            "vgpuctl",
+        ])
     });
     if let Err(message) = built {
         panic!("{message}");
     }
     target_dir().join(name)
+}
+
+/// Path of the binary `bin` of the workspace package `package`, built now (`cargo build` is
+/// quick when it is current): for a test of another package, which cannot name it with
+/// `CARGO_BIN_EXE_*` (`mdev-e2e-client` of this crate, `mdev-manager-hook`).
+pub fn package_binary(package: &str, bin: &str) -> PathBuf {
+    if let Err(message) = cargo_build(&["-p", package, "--bin", bin]) {
+        panic!("{message}");
+    }
+    target_dir().join(bin)
+}
+
+fn cargo_build(args: &[&str]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(repo_root())
+        .args(["build", "--quiet"])
+        .args(args)
+        .status()
+        .map_err(|e| format!("cannot run cargo build: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo build {} failed: {status}", args.join(" ")))
+    }
 }
 
 /// A private system-like bus. Killed on drop.
@@ -236,6 +249,26 @@ impl Process {
         }
     }
 
+    /// Sends `signal` (SIGSTOP and SIGCONT make it hang and resume).
+    pub fn signal(&self, signal: i32) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
+            unsafe {
+                libc::kill(child.id() as i32, signal);
+            }
+        }
+    }
+
+    /// SIGKILL and wait: the process gets no chance to shut down cleanly (a crash).
+    pub fn kill(mut self) -> io::Result<std::process::ExitStatus> {
+        let mut child = self
+            .child
+            .take()
+            .ok_or_else(|| io::Error::other("process already reaped"))?;
+        child.kill()?;
+        child.wait()
+    }
+
     /// Sends SIGTERM and waits; returns the exit status and whatever output was captured.
     pub fn terminate(mut self) -> io::Result<Output> {
         let child = self
@@ -300,23 +333,86 @@ pub fn start_service_on(bus: &TestBus, topology: &str, extra: &[&str]) -> io::Re
         .prefix("state-")
         .tempdir_in(bus.dir())?
         .keep();
+    start_service_in(bus, topology, &state, "info", extra)
+}
+
+/// The daemon on the simulated host `topology` with its state store in `state_dir` (a host
+/// path: under `--root` when `extra` gives one) and `MDEV_MANAGER_LOG=log`; returns once it
+/// owns its bus name.
+pub fn start_service_in(
+    bus: &TestBus,
+    topology: &str,
+    state_dir: &Path,
+    log: &str,
+    extra: &[&str],
+) -> io::Result<Process> {
     let child = Command::new(workspace_binary("mdev-manager"))
         .arg("--simulate")
         .arg(topology)
         .arg("--state-dir")
-        .arg(&state)
+        .arg(state_dir)
         .args(extra)
         .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
-        .env("MDEV_MANAGER_LOG", "info")
+        .env("MDEV_MANAGER_LOG", log)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()?;
     let process = Process::new(child, "mdev-manager");
-    wait_for(Duration::from_secs(20), || {
+    wait_for(Duration::from_secs(30), || {
         name_has_owner(&bus.address(), dbus_api::names::BUS_NAME)
     })
     .map_err(|_| io::Error::other("mdev-manager did not take its bus name"))?;
     Ok(process)
+}
+
+/// Waits until the service's bus name has no owner (after stopping it).
+pub fn wait_name_released(bus: &TestBus) -> Result<(), WaitTimedOut> {
+    wait_for(Duration::from_secs(10), || {
+        !name_has_owner(&bus.address(), dbus_api::names::BUS_NAME)
+    })
+}
+
+/// A private bus with the daemon on the default simulated host: how most tests start.
+pub fn bus_with_service() -> (TestBus, Process) {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let service = start_service(&bus, &[]).expect("mdev-manager");
+    (bus, service)
+}
+
+/// The service's `ObjectManager` (the object root).
+pub async fn object_manager(
+    connection: &zbus::Connection,
+) -> zbus::fdo::ObjectManagerProxy<'static> {
+    zbus::fdo::ObjectManagerProxy::builder(connection)
+        .destination(dbus_api::names::BUS_NAME)
+        .path(dbus_api::names::ROOT_PATH)
+        .build()
+        .await
+        .expect("ObjectManager proxy")
+}
+
+/// Everything the service exports now (`GetManagedObjects`).
+pub async fn managed_objects(connection: &zbus::Connection) -> zbus::fdo::ManagedObjects {
+    object_manager(connection)
+        .await
+        .get_managed_objects()
+        .await
+        .expect("GetManagedObjects")
+}
+
+/// A device dict of `PrepareDomain`/`StartPrepareDomain` naming a function by address
+/// (`kind` `vf` or `passthrough`).
+pub fn claim_device(
+    kind: &str,
+    pci_address: &str,
+) -> std::collections::HashMap<&'static str, zbus::zvariant::Variant<'static>> {
+    std::collections::HashMap::from([
+        ("kind", zbus::zvariant::Variant::from(kind.to_owned())),
+        (
+            "pci_address",
+            zbus::zvariant::Variant::from(pci_address.to_owned()),
+        ),
+    ])
 }
 
 /// Every signal the service sends, as a stream; subscribe before the call whose signals
@@ -343,6 +439,21 @@ pub fn vgpuctl_json(output: &Output) -> serde_json::Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON")
+}
+
+/// The UUIDs of the instances a successful `vgpuctl --json create` printed.
+pub fn created_uuids(output: &Output) -> Vec<String> {
+    vgpuctl_json(output)
+        .as_array()
+        .expect("a list of instances")
+        .iter()
+        .map(|i| i["uuid"].as_str().expect("uuid").to_string())
+        .collect()
+}
+
+/// A program's stderr as text.
+pub fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// A copy of `binary` that other users can run: the checkout may sit in a directory only
@@ -454,6 +565,95 @@ impl Drop for InstalledFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// Whether the tests run as root (those that create users and install polkit files must).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Where polkitd reads the project's actions; it reads action files only at start, from this
+/// fixed directory.
+pub const POLKIT_ACTIONS_FILE: &str = "/usr/share/polkit-1/actions/org.mdevmanager.vgpu1.policy";
+
+/// Installs the packaged polkit actions unless they are there already (another test, or the
+/// package, installed them): `Some` when this call installed them (removed on drop).
+pub fn install_polkit_actions() -> Option<InstalledFile> {
+    if Path::new(POLKIT_ACTIONS_FILE).exists() {
+        return None;
+    }
+    let policy = std::fs::read(packaging_file("polkit/org.mdevmanager.vgpu1.policy"))
+        .expect("read the packaged polkit actions");
+    Some(InstalledFile::install(POLKIT_ACTIONS_FILE, &policy).expect("install the polkit actions"))
+}
+
+/// A polkit rule granting every action of the service to the members of `group`.
+pub fn group_rule(group: &str) -> String {
+    format!(
+        "polkit.addRule(function(action, subject) {{\n  \
+         if (action.id.indexOf(\"org.mdevmanager.vgpu1.\") == 0 && subject.isInGroup(\"{group}\")) {{\n    \
+         return polkit.Result.YES;\n  }}\n}});\n"
+    )
+}
+
+/// Waits until polkitd has picked up a rule granting `user` the `manage-instances` action
+/// (polkitd notices new rule files by itself, a little later).
+pub fn wait_for_manage_grant(bus: &TestBus, user: &str) -> Result<(), WaitTimedOut> {
+    wait_for(Duration::from_secs(20), || {
+        let output = vgpuctl(bus, Some(user), &["--json", "permissions"]);
+        output.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&output.stdout)
+                .map(|p| p["org.mdevmanager.vgpu1.manage-instances"] == "yes")
+                .unwrap_or(false)
+    })
+}
+
+/// Runs the `mdev-e2e-client` helper (`client`: its path) with `args`, as root or (with
+/// `user`) as another user, and returns what it printed: method → outcome.
+pub fn call_everything(
+    bus: &TestBus,
+    client: &Path,
+    user: Option<&str>,
+    args: &[&str],
+) -> std::collections::BTreeMap<String, String> {
+    let (mut command, client) = match user {
+        Some(user) => {
+            let mut command = Command::new("runuser");
+            command.args(["-u", user, "--", "env"]);
+            (command, runnable_by_others(bus, client))
+        }
+        None => (Command::new("env"), client.to_path_buf()),
+    };
+    let output = command
+        .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={}", bus.address()))
+        .arg(client)
+        .args(args)
+        .output()
+        .expect("run the client");
+    assert!(
+        output.status.success(),
+        "client as {user:?} failed: {}",
+        stderr_of(&output)
+    );
+    serde_json::from_slice(&output.stdout).expect("client JSON")
+}
+
+/// Every file (not directory) below `root`, at any depth, in no particular order.
+pub fn files_under(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found
 }
 
 fn run(command: &mut Command) -> io::Result<()> {

@@ -4,20 +4,25 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use dbus_api::names::{interface, BUS_NAME, ROOT_PATH};
+use dbus_api::names::interface;
 use dbus_api::proxy::ManagerProxy;
 use dbus_api::{path, ClientError, ErrorKind};
-use e2e_tests::bus::{start_service, vgpuctl, TestBus};
+use e2e_tests::bus::{bus_with_service, object_manager, vgpuctl, vgpuctl_json, Process, TestBus};
 use futures_util::StreamExt;
 use zbus::fdo::ObjectManagerProxy;
 
-async fn object_manager(connection: &zbus::Connection) -> ObjectManagerProxy<'static> {
-    ObjectManagerProxy::builder(connection)
-        .destination(BUS_NAME)
-        .path(ROOT_PATH)
-        .build()
-        .await
-        .expect("ObjectManager proxy")
+/// The service on a private bus, with a client's `Manager` and `ObjectManager` proxies.
+async fn service_and_proxies() -> (
+    TestBus,
+    Process,
+    ManagerProxy<'static>,
+    ObjectManagerProxy<'static>,
+) {
+    let (bus, service) = bus_with_service();
+    let connection = bus.connect().await;
+    let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
+    let objects = object_manager(&connection).await;
+    (bus, service, manager, objects)
 }
 
 /// The UUIDs of every exported Instance object.
@@ -43,11 +48,7 @@ async fn create(manager: &ManagerProxy<'_>, count: u32) -> Vec<String> {
         .await
         .expect("CreateInstances");
     assert_eq!(paths.len(), count as usize);
-    let objects = object_manager(manager.inner().connection()).await;
-    let all = objects
-        .get_managed_objects()
-        .await
-        .expect("GetManagedObjects");
+    let all = e2e_tests::bus::managed_objects(manager.inner().connection()).await;
     paths
         .iter()
         .map(|p| {
@@ -59,11 +60,7 @@ async fn create(manager: &ManagerProxy<'_>, count: u32) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn destroy_instances_removes_each_once_and_announces_each_once() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let connection = bus.connect().await;
-    let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
-    let objects = object_manager(&connection).await;
+    let (_bus, _service, manager, objects) = service_and_proxies().await;
     let created = create(&manager, 3).await;
     let kept = create(&manager, 1).await;
 
@@ -105,11 +102,7 @@ async fn destroy_instances_removes_each_once_and_announces_each_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn destroy_instances_with_an_unknown_uuid_names_it_and_destroys_nothing() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let connection = bus.connect().await;
-    let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
-    let objects = object_manager(&connection).await;
+    let (_bus, _service, manager, objects) = service_and_proxies().await;
     let created = create(&manager, 2).await;
 
     let unknown = "6b0c1e7a-0000-4000-8000-00000000beef";
@@ -152,23 +145,12 @@ async fn destroy_instances_with_an_unknown_uuid_names_it_and_destroys_nothing() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn vgpuctl_destroy_of_several_uuids_destroys_them_all() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let connection = bus.connect().await;
-    let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
-    let objects = object_manager(&connection).await;
+    let (bus, _service, manager, objects) = service_and_proxies().await;
     let created = create(&manager, 3).await;
 
     let mut args = vec!["--json", "destroy"];
     args.extend(created[..2].iter().map(String::as_str));
-    let output = vgpuctl(&bus, None, &args);
-    assert!(
-        output.status.success(),
-        "vgpuctl destroy failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let printed: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("vgpuctl --json prints JSON");
+    let printed = vgpuctl_json(&vgpuctl(&bus, None, &args));
     assert_eq!(
         printed["destroyed"],
         serde_json::json!([created[0], created[1]])

@@ -5,20 +5,17 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use dbus_api::names::device_key;
 use dbus_api::proxy::ManagerProxy;
 use dbus_api::ErrorKind;
 use e2e_tests::bus::{
-    repo_root, start_service_on, vgpuctl, vgpuctl_json, workspace_binary, TestBus,
+    created_uuids, is_root, repo_root, start_service_on, stderr_of, vgpuctl, vgpuctl_json,
+    workspace_binary, Process, TestBus,
 };
 use serde_json::Value;
 use zbus::zvariant::Variant;
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 /// A profile directory holding `text` as `test.toml`, inside the bus's temp directory.
 fn profiles(bus: &TestBus, text: &str) -> PathBuf {
@@ -41,15 +38,6 @@ fn parent_of(bus: &TestBus, uuid: &str) -> String {
         .to_string()
 }
 
-fn created(output: &Output) -> Vec<String> {
-    vgpuctl_json(output)
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["uuid"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// The `numa_node` of a parent of the `scale` topology (from `vgpuctl parents`).
 fn numa_of(bus: &TestBus, parent: &str) -> i64 {
     let parents = vgpuctl_json(&vgpuctl(bus, None, &["--json", "parents"]));
@@ -66,23 +54,28 @@ fn numa_of(bus: &TestBus, parent: &str) -> i64 {
 const SIM_SMALL: &str =
     "[[profile]]\nname = \"sim-small\"\ndescription = \"512M\"\n[profile.pin]\ntype_name = \"SIM-512M\"\n";
 
+/// The daemon on the `scale` topology with the `sim-small` profile.
+fn scale_service(bus: &TestBus) -> Process {
+    let dir = profiles(bus, SIM_SMALL);
+    start_service_on(bus, "scale", &["--profiles-dir", dir.to_str().unwrap()])
+        .expect("mdev-manager")
+}
+
 #[test]
 fn placement_spread_packs_apart_and_numa_strict_refuses_naming_the_node() {
     let bus = TestBus::start().expect("dbus-daemon");
-    let dir = profiles(&bus, SIM_SMALL);
-    let _service = start_service_on(&bus, "scale", &["--profiles-dir", dir.to_str().unwrap()])
-        .expect("mdev-manager");
+    let _service = scale_service(&bus);
 
     // pack (the default, and asked for): the second instance joins the first.
-    let a = created(&vgpuctl(&bus, None, &["--json", "create", "sim-small"]));
-    let b = created(&vgpuctl(
+    let a = created_uuids(&vgpuctl(&bus, None, &["--json", "create", "sim-small"]));
+    let b = created_uuids(&vgpuctl(
         &bus,
         None,
         &["--json", "create", "sim-small", "--placement", "pack"],
     ));
     assert_eq!(parent_of(&bus, &a[0]), parent_of(&bus, &b[0]));
     // spread: each instance of one call goes to an idle parent of its own.
-    let spread = created(&vgpuctl(
+    let spread = created_uuids(&vgpuctl(
         &bus,
         None,
         &[
@@ -106,7 +99,7 @@ fn placement_spread_packs_apart_and_numa_strict_refuses_naming_the_node() {
     }
 
     // A strict NUMA node is honoured ...
-    let on1 = created(&vgpuctl(
+    let on1 = created_uuids(&vgpuctl(
         &bus,
         None,
         &[
@@ -126,11 +119,11 @@ fn placement_spread_packs_apart_and_numa_strict_refuses_naming_the_node() {
         None,
         &["create", "sim-small", "--numa-node", "7", "--numa-strict"],
     );
-    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(4), "{}", stderr_of(&output));
     assert!(
-        stderr(&output).contains("not the required node 7"),
+        stderr_of(&output).contains("not the required node 7"),
         "{}",
-        stderr(&output)
+        stderr_of(&output)
     );
     assert_eq!(
         vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
@@ -139,19 +132,14 @@ fn placement_spread_packs_apart_and_numa_strict_refuses_naming_the_node() {
 
     // --numa-strict without a node is a usage error of vgpuctl itself.
     let output = vgpuctl(&bus, None, &["create", "sim-small", "--numa-strict"]);
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(2), "{}", stderr_of(&output));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_placement_options_are_invalid_args_naming_key_and_value() {
     let bus = TestBus::start().expect("dbus-daemon");
-    let dir = profiles(&bus, SIM_SMALL);
-    let _service = start_service_on(&bus, "scale", &["--profiles-dir", dir.to_str().unwrap()])
-        .expect("mdev-manager");
-    let connection = zbus::connection::Builder::address(bus.address().as_str())
-        .build()
-        .await
-        .unwrap();
+    let _service = scale_service(&bus);
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.unwrap();
     let cases: [(&str, Variant<'_>, &str); 3] = [
         ("placement", Variant::from("scatter"), "'scatter'"),
@@ -191,13 +179,8 @@ async fn bad_placement_options_are_invalid_args_naming_key_and_value() {
 #[tokio::test(flavor = "multi_thread")]
 async fn claims_take_placement_device_keys() {
     let bus = TestBus::start().expect("dbus-daemon");
-    let dir = profiles(&bus, SIM_SMALL);
-    let _service = start_service_on(&bus, "scale", &["--profiles-dir", dir.to_str().unwrap()])
-        .expect("mdev-manager");
-    let connection = zbus::connection::Builder::address(bus.address().as_str())
-        .build()
-        .await
-        .unwrap();
+    let _service = scale_service(&bus);
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.unwrap();
     let device = |placement: &'static str, node: u32| {
         HashMap::from([
@@ -268,26 +251,32 @@ fn instance_json(bus: &TestBus, uuid: &str) -> Value {
     vgpuctl_json(&vgpuctl(bus, None, &["--json", "show", uuid]))
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn forced_passthrough_is_refused_naming_the_member_then_proceeds_with_force() {
-    let bus = TestBus::start().expect("dbus-daemon");
+/// The daemon on the pass-through topology with the profile `t400`: the GPU whose group holds
+/// the host's NIC.
+fn t400_service(bus: &TestBus) -> Process {
     let dir = profiles(
-        &bus,
+        bus,
         &format!(
             "[[profile]]\nname = \"t400\"\nisolation = \"passthrough\"\n[profile.device]\npci_address = \"{NIC_GPU}\"\n"
         ),
     );
-    let _service = start_service_on(
-        &bus,
+    start_service_on(
+        bus,
         &passthrough_topology(),
         &["--profiles-dir", dir.to_str().unwrap()],
     )
-    .expect("mdev-manager");
+    .expect("mdev-manager")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forced_passthrough_is_refused_naming_the_member_then_proceeds_with_force() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let _service = t400_service(&bus);
 
     // Without force: InUse naming the member, its driver and why; nothing bound.
     let output = vgpuctl(&bus, None, &["create", "t400"]);
-    assert_eq!(output.status.code(), Some(6), "{}", stderr(&output));
-    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(6), "{}", stderr_of(&output));
+    let message = stderr_of(&output);
     for needle in [NIC, "igb", "network controller", "force"] {
         assert!(message.contains(needle), "{needle}: {message}");
     }
@@ -297,10 +286,7 @@ async fn forced_passthrough_is_refused_naming_the_member_then_proceeds_with_forc
     );
 
     // A claim without force is refused the same way; with force it binds the whole group.
-    let connection = zbus::connection::Builder::address(bus.address().as_str())
-        .build()
-        .await
-        .unwrap();
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.unwrap();
     let device = |force: bool| {
         HashMap::from([
@@ -343,34 +329,31 @@ async fn forced_passthrough_is_refused_naming_the_member_then_proceeds_with_forc
         None,
         &["--json", "create", "t400", "--force", "--autostart"],
     );
-    let uuid = created(&output).remove(0);
+    let uuid = created_uuids(&output).remove(0);
     let shown = instance_json(&bus, &uuid);
     assert_eq!(shown["active"], true);
     assert_eq!(shown["group_members"], serde_json::json!([NIC_GPU, NIC]));
     // The instance remembers it was forced: stopping and starting it (what reconcile does for
     // autostart after a reboot) takes the group again without being asked.
     let output = vgpuctl(&bus, None, &["stop", &uuid]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(output.status.success(), "{}", stderr_of(&output));
     let shown = instance_json(&bus, &uuid);
     assert_eq!(shown["active"], false);
     assert_eq!(shown["group_members"], serde_json::json!([]));
     let output = vgpuctl(&bus, None, &["start", &uuid]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(output.status.success(), "{}", stderr_of(&output));
     let shown = instance_json(&bus, &uuid);
     assert_eq!(shown["active"], true);
     assert_eq!(shown["group_members"], serde_json::json!([NIC_GPU, NIC]));
     let output = vgpuctl(&bus, None, &["destroy", &uuid]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(output.status.success(), "{}", stderr_of(&output));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn passthrough_xml_has_one_unmanaged_hostdev_per_bound_function() {
     let bus = TestBus::start().expect("dbus-daemon");
     let _service = start_service_on(&bus, &passthrough_topology(), &[]).expect("mdev-manager");
-    let connection = zbus::connection::Builder::address(bus.address().as_str())
-        .build()
-        .await
-        .unwrap();
+    let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.unwrap();
     manager
         .prepare_domain(
@@ -392,7 +375,7 @@ async fn passthrough_xml_has_one_unmanaged_hostdev_per_bound_function() {
         serde_json::json!(["0000:41:00.0", "0000:41:00.1"])
     );
     let output = vgpuctl(&bus, None, &["xml", &uuid]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(output.status.success(), "{}", stderr_of(&output));
     // The same golden file as the generator's own test: one generator, one format.
     let golden = repo_root().join("dbus-api/tests/golden/hostdev-passthrough-group.xml");
     let expected = std::fs::read_to_string(&golden).unwrap();
@@ -414,7 +397,7 @@ fn refused_config(dir: &Path, config: &str) -> String {
         .output()
         .expect("run mdev-manager");
     assert!(!output.status.success(), "started with {config:?}");
-    let message = stderr(&output);
+    let message = stderr_of(&output);
     assert!(message.contains(&path.display().to_string()), "{message}");
     message
 }
@@ -439,43 +422,23 @@ fn daemon_refuses_a_config_file_with_bad_values_naming_file_key_and_value() {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid(2) has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// polkit: `force` is its own action. The packaged example rule (a group may manage vGPUs
 /// without a password) leaves it out, so a member may create but not force; outsiders are
 /// asked for an administrator for both.
 #[test]
 fn force_needs_its_own_polkit_action_which_the_example_group_rule_does_not_grant() {
-    use e2e_tests::bus::{packaging_file, start_polkitd, wait_for, InstalledFile, TestUser};
-    use std::time::Duration;
+    use e2e_tests::bus::{
+        install_polkit_actions, packaging_file, start_polkitd, wait_for_manage_grant,
+        InstalledFile, TestUser,
+    };
     if !is_root() {
         panic!("this test needs root (it creates users and installs polkit files)");
     }
-    const ACTIONS_FILE: &str = "/usr/share/polkit-1/actions/org.mdevmanager.vgpu1.policy";
     // polkitd reads action files only at start; another test may have installed them.
-    let _actions = if Path::new(ACTIONS_FILE).exists() {
-        None
-    } else {
-        let policy = std::fs::read(packaging_file("polkit/org.mdevmanager.vgpu1.policy")).unwrap();
-        Some(InstalledFile::install(ACTIONS_FILE, &policy).expect("install the polkit actions"))
-    };
+    let _actions = install_polkit_actions();
     let bus = TestBus::start().expect("dbus-daemon");
-    let dir = profiles(
-        &bus,
-        &format!(
-            "[[profile]]\nname = \"t400\"\nisolation = \"passthrough\"\n[profile.device]\npci_address = \"{NIC_GPU}\"\n"
-        ),
-    );
     let _polkitd = start_polkitd(&bus).expect("polkitd");
-    let _service = start_service_on(
-        &bus,
-        &passthrough_topology(),
-        &["--profiles-dir", dir.to_str().unwrap()],
-    )
-    .expect("mdev-manager");
+    let _service = t400_service(&bus);
     let suffix = std::process::id() % 100_000;
     let group = format!("mdevfg{suffix}");
     let member = TestUser::create(&format!("mdevfm{suffix}"), Some(&group)).expect("useradd");
@@ -493,14 +456,7 @@ fn force_needs_its_own_polkit_action_which_the_example_group_rule_does_not_grant
         rule.as_bytes(),
     )
     .expect("install the rule");
-    wait_for(Duration::from_secs(20), || {
-        let output = vgpuctl(&bus, Some(&member.name), &["--json", "permissions"]);
-        output.status.success()
-            && serde_json::from_slice::<Value>(&output.stdout)
-                .map(|p| p["org.mdevmanager.vgpu1.manage-instances"] == "yes")
-                .unwrap_or(false)
-    })
-    .expect("polkitd picked up the rule");
+    wait_for_manage_grant(&bus, &member.name).expect("polkitd picked up the rule");
     let permissions = vgpuctl_json(&vgpuctl(
         &bus,
         Some(&member.name),
@@ -513,13 +469,13 @@ fn force_needs_its_own_polkit_action_which_the_example_group_rule_does_not_grant
 
     // The member gets past manage-instances (the engine's InUse refusal) but not past force.
     let output = vgpuctl(&bus, Some(&member.name), &["--no-ask", "create", "t400"]);
-    assert_eq!(output.status.code(), Some(6), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(6), "{}", stderr_of(&output));
     let output = vgpuctl(
         &bus,
         Some(&member.name),
         &["--no-ask", "create", "t400", "--force"],
     );
-    assert_eq!(output.status.code(), Some(5), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(5), "{}", stderr_of(&output));
     assert_eq!(
         vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
         serde_json::json!([])
@@ -553,14 +509,14 @@ fn config_file_placement_and_mixed_mode_are_the_defaults() {
         ],
     )
     .expect("mdev-manager");
-    let a = created(&vgpuctl(&bus, None, &["--json", "create", "sim-small"]));
-    let b = created(&vgpuctl(&bus, None, &["--json", "create", "sim-small"]));
+    let a = created_uuids(&vgpuctl(&bus, None, &["--json", "create", "sim-small"]));
+    let b = created_uuids(&vgpuctl(&bus, None, &["--json", "create", "sim-small"]));
     assert_ne!(
         parent_of(&bus, &a[0]),
         parent_of(&bus, &b[0]),
         "spread by the config"
     );
-    let c = created(&vgpuctl(
+    let c = created_uuids(&vgpuctl(
         &bus,
         None,
         &["--json", "create", "sim-small", "--placement", "pack"],
@@ -582,8 +538,12 @@ fn config_file_placement_and_mixed_mode_are_the_defaults() {
         &["--json", "create", "nvidia-t4-2q", "--parent", t4],
     ));
     let output = vgpuctl(&bus, None, &["create", "nvidia-t4-4q", "--parent", t4]);
-    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
-    assert!(stderr(&output).contains("T4-2Q"), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(4), "{}", stderr_of(&output));
+    assert!(
+        stderr_of(&output).contains("T4-2Q"),
+        "{}",
+        stderr_of(&output)
+    );
     drop(_service);
 
     let bus = TestBus::start().expect("dbus-daemon");
@@ -600,8 +560,8 @@ fn config_file_placement_and_mixed_mode_are_the_defaults() {
     // Placement no longer applies the one-size rule; what is left is the parent's own
     // capacity (the simulated T4 reports no room for a 4Q next to a 2Q).
     assert!(
-        output.status.success() || !stderr(&output).contains("T4-2Q"),
+        output.status.success() || !stderr_of(&output).contains("T4-2Q"),
         "mixed mode lifts the one-size rule: {}",
-        stderr(&output)
+        stderr_of(&output)
     );
 }

@@ -4,25 +4,19 @@
 
 use std::collections::HashMap;
 
-use dbus_api::names::{option, BUS_NAME, ROOT_PATH};
+use dbus_api::names::option;
 use dbus_api::proxy::{InstanceProxy, ManagerProxy};
 use dbus_api::wire::{self, Snapshot};
 use dbus_api::{ClientError, ErrorKind};
-use e2e_tests::bus::{start_service, vgpuctl, vgpuctl_json, TestBus};
+use e2e_tests::bus::{
+    bus_with_service, created_uuids, managed_objects, vgpuctl, vgpuctl_json, TestBus,
+};
 
 /// What the ObjectManager walk (the way every client read the service before the listings)
 /// yields now.
 async fn walk(connection: &zbus::Connection) -> Snapshot {
-    let objects = zbus::fdo::ObjectManagerProxy::builder(connection)
-        .destination(BUS_NAME)
-        .path(ROOT_PATH)
-        .build()
-        .await
-        .expect("ObjectManager proxy")
-        .get_managed_objects()
-        .await
-        .expect("GetManagedObjects");
-    Snapshot::from_managed_objects(objects).expect("every object has its properties")
+    Snapshot::from_managed_objects(managed_objects(connection).await)
+        .expect("every object has its properties")
 }
 
 async fn listed(
@@ -42,20 +36,14 @@ async fn listed(
 fn create(bus: &TestBus, args: &[&str]) -> Vec<String> {
     let mut all = vec!["--json", "create"];
     all.extend_from_slice(args);
-    vgpuctl_json(&vgpuctl(bus, None, &all))
-        .as_array()
-        .expect("a list of instances")
-        .iter()
-        .map(|i| i["uuid"].as_str().expect("uuid").to_string())
-        .collect()
+    created_uuids(&vgpuctl(bus, None, &all))
 }
 
 /// The listings carry exactly the records of the walk, through creations, a claim, a property
 /// change and a destroy (the service's prepared answer is dropped on every change).
 #[tokio::test(flavor = "multi_thread")]
 async fn listings_equal_the_object_manager_walk_as_objects_change() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
     let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
 
@@ -144,8 +132,7 @@ async fn listings_equal_the_object_manager_walk_as_objects_change() {
 /// naming it; unknown options are InvalidArgs naming the key.
 #[tokio::test(flavor = "multi_thread")]
 async fn list_types_parent_option_and_bad_arguments() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
     let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
     let snapshot = walk(&connection).await;
@@ -187,8 +174,7 @@ async fn list_types_parent_option_and_bad_arguments() {
 /// NotFound naming it.
 #[tokio::test(flavor = "multi_thread")]
 async fn vgpuctl_json_output_is_the_walks_records() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
     create(&bus, &["nvidia-t4-2q", "--count", "2"]);
     create(&bus, &["nvidia-t4-2q", "--autostart", "--weight", "300"]);
     let connection = bus.connect().await;

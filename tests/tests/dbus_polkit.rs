@@ -5,57 +5,22 @@
 //! Needs root (it creates users and installs polkit files); the files and users it creates
 //! are removed when it ends.
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
 
 use dbus_api::path;
 use e2e_tests::bus::{
-    packaging_file, runnable_by_others, start_polkitd, start_service, vgpuctl, vgpuctl_json,
-    wait_for, InstalledFile, TestBus, TestUser,
+    bus_with_service, call_everything, group_rule, install_polkit_actions, is_root, start_polkitd,
+    start_service, stderr_of, vgpuctl, vgpuctl_json, wait_for_manage_grant, InstalledFile, TestBus,
+    TestUser,
 };
-use serde_json::Value;
-
-const ACTIONS_FILE: &str = "/usr/share/polkit-1/actions/org.mdevmanager.vgpu1.policy";
-
-/// Calls every mutating method as `user` (the helper binary prints method → outcome).
-fn call_everything_as(
-    bus: &TestBus,
-    user: &str,
-    instance: &str,
-    parent: &str,
-) -> BTreeMap<String, String> {
-    let output = Command::new("runuser")
-        .args(["-u", user, "--", "env"])
-        .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={}", bus.address()))
-        .arg(runnable_by_others(
-            bus,
-            Path::new(env!("CARGO_BIN_EXE_mdev-e2e-client")),
-        ))
-        .args([instance, parent])
-        .output()
-        .expect("runuser");
-    assert!(
-        output.status.success(),
-        "client helper failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("helper JSON")
-}
 
 #[test]
 fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
-    if !nix_is_root() {
+    if !is_root() {
         panic!("this test needs root (it creates users and installs polkit files)");
     }
-    // polkitd reads action files only at start, from this fixed directory.
-    let _actions = if Path::new(ACTIONS_FILE).exists() {
-        None
-    } else {
-        let policy = std::fs::read(packaging_file("polkit/org.mdevmanager.vgpu1.policy")).unwrap();
-        Some(InstalledFile::install(ACTIONS_FILE, &policy).expect("install the polkit actions"))
-    };
+    // polkitd reads action files only at start, from a fixed directory.
+    let _actions = install_polkit_actions();
     let bus = TestBus::start().expect("dbus-daemon");
     let _polkitd = start_polkitd(&bus).expect("polkitd");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
@@ -72,7 +37,9 @@ fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
     let member = TestUser::create(&format!("mdevin{suffix}"), Some(&group)).expect("useradd");
 
     // Every mutating method is NotAuthorized for an ordinary user (no agent, no session).
-    let results = call_everything_as(&bus, &outsider.name, &instance, &h200);
+    // The helper binary calls every mutating method and prints method → outcome.
+    let client = Path::new(env!("CARGO_BIN_EXE_mdev-e2e-client"));
+    let results = call_everything(&bus, client, Some(&outsider.name), &[&instance, &h200]);
     assert_eq!(results.len(), 17, "{results:?}");
     for (method, outcome) in &results {
         assert_eq!(
@@ -100,27 +67,15 @@ fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
     }
     let output = vgpuctl(&bus, Some(&outsider.name), &["destroy", &uuid]);
     assert_eq!(output.status.code(), Some(5), "not-authorized exit code");
-    assert!(String::from_utf8_lossy(&output.stderr).contains(&uuid));
+    assert!(stderr_of(&output).contains(&uuid));
 
     // A rule granting the actions to the group; polkitd notices new rule files by itself.
-    let rule = format!(
-        "polkit.addRule(function(action, subject) {{\n  \
-         if (action.id.indexOf(\"org.mdevmanager.vgpu1.\") == 0 && subject.isInGroup(\"{group}\")) {{\n    \
-         return polkit.Result.YES;\n  }}\n}});\n"
-    );
     let _rule = InstalledFile::install(
         format!("/etc/polkit-1/rules.d/49-mdev-e2e-{suffix}.rules"),
-        rule.as_bytes(),
+        group_rule(&group).as_bytes(),
     )
     .expect("install the rule");
-    wait_for(Duration::from_secs(20), || {
-        let output = vgpuctl(&bus, Some(&member.name), &["--json", "permissions"]);
-        output.status.success()
-            && serde_json::from_slice::<Value>(&output.stdout)
-                .map(|p| p["org.mdevmanager.vgpu1.manage-instances"] == "yes")
-                .unwrap_or(false)
-    })
-    .expect("polkitd picked up the rule");
+    wait_for_manage_grant(&bus, &member.name).expect("polkitd picked up the rule");
 
     let output = vgpuctl(
         &bus,
@@ -132,11 +87,7 @@ fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
         .unwrap()
         .to_string();
     let output = vgpuctl(&bus, Some(&member.name), &["destroy", &theirs, &uuid]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{}", stderr_of(&output));
     let output = vgpuctl(
         &bus,
         Some(&member.name),
@@ -153,29 +104,18 @@ fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
     assert_eq!(output.status.code(), Some(5));
 }
 
-fn nix_is_root() -> bool {
-    // SAFETY: geteuid(2) has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 #[test]
 fn without_polkitd_only_root_may_change_anything() {
-    if !nix_is_root() {
+    if !is_root() {
         panic!("this test needs root (it creates a user)");
     }
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
     let user = TestUser::create(&format!("mdevnopk{}", std::process::id() % 100_000), None)
         .expect("useradd");
 
     let output = vgpuctl(&bus, Some(&user.name), &["create", "nvidia-t4-2q"]);
-    assert_eq!(
-        output.status.code(),
-        Some(5),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(String::from_utf8_lossy(&output.stderr).contains("polkitd is not running"));
+    assert_eq!(output.status.code(), Some(5), "{}", stderr_of(&output));
+    assert!(stderr_of(&output).contains("polkitd is not running"));
     let permissions = vgpuctl_json(&vgpuctl(&bus, Some(&user.name), &["--json", "permissions"]));
     for (action, answer) in permissions.as_object().unwrap() {
         assert_eq!(answer, "no", "{action}");

@@ -4,56 +4,30 @@
 //! modprobe file under the root, change signals, the SVG, and persistence across a restart.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use dbus_api::names::{interface, BUS_NAME};
 use dbus_api::{path, ErrorKind};
-use e2e_tests::bus::{name_has_owner, vgpuctl, vgpuctl_json, wait_for, workspace_binary, TestBus};
+use e2e_tests::bus::{
+    created_uuids, start_service_in, stderr_of, vgpuctl, vgpuctl_json, wait_name_released, Process,
+    TestBus,
+};
 use futures_util::StreamExt;
 use serde_json::Value;
 
 const T4: &str = "0000:3b:00.0";
 
-/// The daemon with its root (and so its state and `/etc`) in `root`; killed on drop.
-struct Service(Child);
-
-impl Service {
-    fn start(bus: &TestBus, root: &Path) -> Service {
-        let child = Command::new(workspace_binary("mdev-manager"))
-            .arg("--simulate")
-            .arg("--root")
-            .arg(root)
-            .args(["--state-dir", "/var/lib/mdev-manager"])
-            .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
-            .env("MDEV_MANAGER_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start mdev-manager");
-        let service = Service(child);
-        wait_for(Duration::from_secs(20), || {
-            name_has_owner(&bus.address(), BUS_NAME)
-        })
-        .expect("mdev-manager takes its bus name");
-        service
-    }
-
-    fn stop(mut self, bus: &TestBus) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        wait_for(Duration::from_secs(10), || {
-            !name_has_owner(&bus.address(), BUS_NAME)
-        })
-        .expect("the bus name is released");
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// The daemon with its root (and so its state and `/etc`) in `root`.
+fn start_service(bus: &TestBus, root: &Path) -> Process {
+    let root = root.to_str().expect("utf-8 path");
+    start_service_in(
+        bus,
+        "default",
+        Path::new("/var/lib/mdev-manager"),
+        "info",
+        &["--root", root],
+    )
+    .expect("mdev-manager")
 }
 
 fn refused(output: &std::process::Output, kind: ErrorKind) -> String {
@@ -61,9 +35,9 @@ fn refused(output: &std::process::Output, kind: ErrorKind) -> String {
         output.status.code(),
         Some(i32::from(kind.exit_code())),
         "expected {kind:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
+        stderr_of(output)
     );
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    stderr_of(output)
 }
 
 fn t4_schedule(bus: &TestBus) -> Value {
@@ -75,7 +49,7 @@ fn t4_schedule(bus: &TestBus) -> Value {
 async fn weights_and_policies_over_the_bus_survive_a_restart() {
     let bus = TestBus::start().expect("dbus-daemon");
     let root = tempfile::tempdir().unwrap();
-    let service = Service::start(&bus, root.path());
+    let service = start_service(&bus, root.path());
 
     // The driver's default until a policy is set; then the file under the root.
     let before = t4_schedule(&bus);
@@ -104,7 +78,7 @@ async fn weights_and_policies_over_the_bus_survive_a_restart() {
         "{text}"
     );
 
-    let created = vgpuctl_json(&vgpuctl(
+    let uuids = created_uuids(&vgpuctl(
         &bus,
         None,
         &[
@@ -116,19 +90,10 @@ async fn weights_and_policies_over_the_bus_survive_a_restart() {
             "--autostart",
         ],
     ));
-    let uuids: Vec<String> = created
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["uuid"].as_str().unwrap().to_string())
-        .collect();
     let (first, second) = (&uuids[0], &uuids[1]);
 
     // Change signals: subscribe on the first instance, then set it through a proxy.
-    let connection = zbus::connection::Builder::address(bus.address().as_str())
-        .build()
-        .await
-        .unwrap();
+    let connection = bus.connect().await;
     let properties = zbus::fdo::PropertiesProxy::builder(&connection)
         .destination(BUS_NAME)
         .path(path::mdev_instance_path(first))
@@ -204,8 +169,10 @@ async fn weights_and_policies_over_the_bus_survive_a_restart() {
     );
 
     // Restart on a fresh simulated host: the autostart vGPUs come back with their settings.
-    service.stop(&bus);
-    let _service = Service::start(&bus, root.path());
+    // SIGKILL: nothing is saved at shutdown, what comes back was saved when it changed.
+    service.kill().expect("kill mdev-manager");
+    wait_name_released(&bus).expect("the bus name is released");
+    let _service = start_service(&bus, root.path());
     let after = t4_schedule(&bus);
     assert_eq!(after["policy"], "equal-share");
     assert_eq!(after["time_slice_us"], 3000);

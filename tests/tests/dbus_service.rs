@@ -5,17 +5,14 @@ use std::time::Duration;
 
 use dbus_api::names::{interface, BUS_NAME, MANAGER_PATH};
 use dbus_api::{path, ClientError, ErrorKind};
-use e2e_tests::bus::{name_has_owner, start_service, vgpuctl, vgpuctl_json, wait_for, TestBus};
+use e2e_tests::bus::{
+    bus_with_service, created_uuids, stderr_of, vgpuctl, vgpuctl_json, wait_name_released,
+};
 use serde_json::Value;
-
-fn stderr(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn running_service_matches_the_published_introspection() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
     let connection = bus.connect().await;
     let published = dbus_api::interface_blocks(dbus_api::INTROSPECTION_XML);
     let mut seen = std::collections::BTreeSet::new();
@@ -60,8 +57,7 @@ async fn running_service_matches_the_published_introspection() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
 
     let parents = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "parents"]));
     let t4 = parents
@@ -109,17 +105,11 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
         }
     });
 
-    let created = vgpuctl_json(&vgpuctl(
+    let created = created_uuids(&vgpuctl(
         &bus,
         None,
         &["--json", "create", "nvidia-t4-2q", "--count", "2"],
     ));
-    let created: Vec<String> = created
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["uuid"].as_str().unwrap().to_string())
-        .collect();
     assert_eq!(created.len(), 2);
 
     let list = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
@@ -213,8 +203,7 @@ async fn create_list_show_destroy_with_vgpuctl_and_events_in_order() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn errors_have_typed_names_one_line_messages_and_distinct_exit_codes() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
 
     let missing = "0b7f4c6e-1a2b-4c3d-8e9f-001122334455";
     let output = vgpuctl(&bus, None, &["destroy", missing]);
@@ -222,20 +211,24 @@ async fn errors_have_typed_names_one_line_messages_and_distinct_exit_codes() {
         output.status.code(),
         Some(ErrorKind::NotFound.exit_code() as i32)
     );
-    assert!(stderr(&output).contains(missing), "{}", stderr(&output));
-    assert_eq!(stderr(&output).trim().lines().count(), 1);
+    assert!(
+        stderr_of(&output).contains(missing),
+        "{}",
+        stderr_of(&output)
+    );
+    assert_eq!(stderr_of(&output).trim().lines().count(), 1);
 
     let output = vgpuctl(&bus, None, &["create", "no-such-profile"]);
     assert_eq!(
         output.status.code(),
         Some(ErrorKind::NotFound.exit_code() as i32),
         "{}",
-        stderr(&output)
+        stderr_of(&output)
     );
     assert!(
-        stderr(&output).contains("no-such-profile"),
+        stderr_of(&output).contains("no-such-profile"),
         "{}",
-        stderr(&output)
+        stderr_of(&output)
     );
 
     // The T4 has room for one T4-16C; a second is NoCapacity and the batch creates nothing.
@@ -244,7 +237,7 @@ async fn errors_have_typed_names_one_line_messages_and_distinct_exit_codes() {
         output.status.code(),
         Some(ErrorKind::NoCapacity.exit_code() as i32),
         "{}",
-        stderr(&output)
+        stderr_of(&output)
     );
     assert_eq!(
         vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
@@ -276,8 +269,7 @@ async fn errors_have_typed_names_one_line_messages_and_distinct_exit_codes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sriov_job_completes_and_sigterm_stops_the_service() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, service) = bus_with_service();
 
     let output = vgpuctl(
         &bus,
@@ -306,7 +298,7 @@ async fn sriov_job_completes_and_sigterm_stops_the_service() {
         output.status.code(),
         Some(ErrorKind::NotFound.exit_code() as i32)
     );
-    assert!(stderr(&output).contains("0000:3b:00.0"));
+    assert!(stderr_of(&output).contains("0000:3b:00.0"));
 
     let exit = service.terminate().expect("stop the service");
     assert!(
@@ -314,15 +306,12 @@ async fn sriov_job_completes_and_sigterm_stops_the_service() {
         "clean exit on SIGTERM: {}",
         exit.status
     );
-    wait_for(Duration::from_secs(5), || {
-        !name_has_owner(&bus.address(), BUS_NAME)
-    })
-    .expect("name released");
+    wait_name_released(&bus).expect("name released");
     let output = vgpuctl(&bus, None, &["list"]);
     assert_eq!(
         output.status.code(),
         Some(69),
         "service unavailable: {}",
-        stderr(&output)
+        stderr_of(&output)
     );
 }

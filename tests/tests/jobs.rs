@@ -6,11 +6,12 @@
 
 use std::collections::HashMap;
 
-use dbus_api::names::{interface, option, BUS_NAME, ROOT_PATH};
+use dbus_api::names::{interface, option, BUS_NAME};
 use dbus_api::proxy::{InstanceProxy, ManagerProxy, SriovProxy};
 use dbus_api::{path, ErrorKind};
 use e2e_tests::bus::{
-    repo_root, service_signals, start_service, start_service_on, vgpuctl, vgpuctl_json, TestBus,
+    bus_with_service, claim_device, managed_objects, repo_root, service_signals, start_service_on,
+    vgpuctl, vgpuctl_json, TestBus,
 };
 use futures_util::StreamExt;
 use zbus::{Connection, MessageStream, OwnedObjectPath, OwnedVariant, Variant};
@@ -80,24 +81,9 @@ async fn wait_job(signals: &mut MessageStream, job: &OwnedObjectPath) -> JobSign
     }
 }
 
-fn device(kind: &str, pci_address: &str) -> HashMap<&'static str, Variant<'static>> {
-    HashMap::from([
-        ("kind", Variant::from(kind.to_owned())),
-        ("pci_address", Variant::from(pci_address.to_owned())),
-    ])
-}
-
 /// `(kind, pci_address, holder)` of every instance the service exports.
 async fn instances(connection: &Connection) -> Vec<(String, String, String)> {
-    let objects = zbus::fdo::ObjectManagerProxy::builder(connection)
-        .destination(BUS_NAME)
-        .path(ROOT_PATH)
-        .build()
-        .await
-        .unwrap()
-        .get_managed_objects()
-        .await
-        .unwrap();
+    let objects = managed_objects(connection).await;
     let mut found = Vec::new();
     for interfaces in objects.values() {
         let Some((_, props)) = interfaces
@@ -121,8 +107,7 @@ async fn instances(connection: &Connection) -> Vec<(String, String, String)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn vf_bind_and_release_run_as_jobs() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
     let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.unwrap();
     let mut signals = service_signals(&connection).await;
@@ -132,7 +117,7 @@ async fn vf_bind_and_release_run_as_jobs() {
         .start_prepare_domain(
             "vm-jobs",
             DOMAIN_UUID,
-            vec![device("vf", "0000:0c:02.0")],
+            vec![claim_device("vf", "0000:0c:02.0")],
             HashMap::new(),
         )
         .await
@@ -181,7 +166,7 @@ async fn passthrough_bind_runs_as_a_job_and_failures_carry_their_kind() {
         .start_prepare_domain(
             "vm-gpu",
             DOMAIN_UUID,
-            vec![device("passthrough", "0000:41:00.0")],
+            vec![claim_device("passthrough", "0000:41:00.0")],
             HashMap::new(),
         )
         .await
@@ -202,7 +187,7 @@ async fn passthrough_bind_runs_as_a_job_and_failures_carry_their_kind() {
         .start_prepare_domain(
             "vm-other",
             "6f1c3a2e-0b9d-4e57-9a11-2c3d4e5f6a7c",
-            vec![device("passthrough", "0000:61:00.0")],
+            vec![claim_device("passthrough", "0000:61:00.0")],
             HashMap::new(),
         )
         .await
@@ -245,8 +230,7 @@ async fn passthrough_bind_runs_as_a_job_and_failures_carry_their_kind() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_waiting_for_its_vf_completes_once_sriov_enables_it_or_times_out() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
     let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.unwrap();
     let mut signals = service_signals(&connection).await;
@@ -257,7 +241,7 @@ async fn a_claim_waiting_for_its_vf_completes_once_sriov_enables_it_or_times_out
         .start_prepare_domain(
             "vm-wait",
             DOMAIN_UUID,
-            vec![device("vf", "0000:4b:00.4")],
+            vec![claim_device("vf", "0000:4b:00.4")],
             options,
         )
         .await
@@ -295,7 +279,7 @@ async fn a_claim_waiting_for_its_vf_completes_once_sriov_enables_it_or_times_out
         .start_prepare_domain(
             "vm-never",
             "6f1c3a2e-0b9d-4e57-9a11-2c3d4e5f6a7d",
-            vec![device("vf", "0000:4b:02.0")],
+            vec![claim_device("vf", "0000:4b:02.0")],
             options,
         )
         .await
@@ -324,8 +308,7 @@ async fn a_claim_waiting_for_its_vf_completes_once_sriov_enables_it_or_times_out
 
 #[test]
 fn vgpuctl_waits_for_create_jobs_prints_them_with_no_wait_and_lists_jobs() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
 
     // Waits for the job and prints the instances like a plain create.
     let created = vgpuctl_json(&vgpuctl(
@@ -388,8 +371,7 @@ fn vgpuctl_waits_for_create_jobs_prints_them_with_no_wait_and_lists_jobs() {
 
 #[test]
 fn sigterm_cancels_a_job_waiting_for_a_parent_instead_of_waiting_it_out() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, service) = bus_with_service();
     let started = vgpuctl_json(&vgpuctl(
         &bus,
         None,

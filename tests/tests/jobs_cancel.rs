@@ -15,7 +15,9 @@ use std::time::Duration;
 use dbus_api::names::option;
 use dbus_api::proxy::{JobProxy, ManagerProxy};
 use dbus_api::ErrorKind;
-use e2e_tests::bus::{repo_root, service_signals, vgpuctl, wait_for, TestBus, TestUser};
+use e2e_tests::bus::{
+    claim_device, repo_root, service_signals, vgpuctl, vgpuctl_json, wait_for, TestBus, TestUser,
+};
 use futures_util::StreamExt;
 use mdev_manager::daemon::auth::Polkit;
 use mdev_manager::daemon::Service;
@@ -121,13 +123,6 @@ async fn removed(signals: &mut MessageStream, job: &OwnedObjectPath) -> (String,
     }
 }
 
-fn device(kind: &str, pci_address: &str) -> HashMap<&'static str, Variant<'static>> {
-    HashMap::from([
-        ("kind", Variant::from(kind.to_owned())),
-        ("pci_address", Variant::from(pci_address.to_owned())),
-    ])
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_passthrough_bind_rolls_back_and_only_its_starter_may_cancel() {
     let host = start(&repo_root().join("mdev-manager/topologies/passthrough.toml")).await;
@@ -142,7 +137,7 @@ async fn a_cancelled_passthrough_bind_rolls_back_and_only_its_starter_may_cancel
         .start_prepare_domain(
             "vm-cancel",
             DOMAIN_UUID,
-            vec![device("passthrough", GPU)],
+            vec![claim_device("passthrough", GPU)],
             HashMap::new(),
         )
         .await
@@ -169,23 +164,14 @@ async fn a_cancelled_passthrough_bind_rolls_back_and_only_its_starter_may_cancel
     let outsider = TestUser::create(&format!("mdevjob{suffix}"), None).expect("useradd");
     let id = job.as_str().rsplit('/').next().unwrap().to_owned();
     let bus = &host.bus;
-    let name = outsider.name.clone();
-    let vgpuctl_binary =
-        e2e_tests::bus::runnable_by_others(bus, &e2e_tests::bus::workspace_binary("vgpuctl"));
-    let output = tokio::task::spawn_blocking({
-        let address = bus.address();
-        move || {
-            std::process::Command::new("runuser")
-                .args(["-u", &name, "--", "env"])
-                .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={address}"))
-                .arg(vgpuctl_binary)
-                .args(["--no-ask", "job", "cancel", &id])
-                .output()
-                .expect("runuser")
-        }
-    })
-    .await
-    .unwrap();
+    // The harness's vgpuctl blocks: run it where blocking is allowed.
+    let output = tokio::task::block_in_place(|| {
+        vgpuctl(
+            bus,
+            Some(&outsider.name),
+            &["--no-ask", "job", "cancel", &id],
+        )
+    });
     assert_eq!(
         output.status.code(),
         Some(ErrorKind::NotAuthorized.exit_code() as i32),
@@ -210,9 +196,7 @@ async fn a_cancelled_passthrough_bind_rolls_back_and_only_its_starter_may_cancel
     );
     assert_eq!(driver(&host.sim, AUDIO).as_deref(), Some("snd_hda_intel"));
     assert_eq!(driver(&host.sim, GPU).as_deref(), Some("amdgpu"));
-    let list = vgpuctl(bus, None, &["--json", "list"]);
-    assert!(list.status.success());
-    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let list = vgpuctl_json(&vgpuctl(bus, None, &["--json", "list"]));
     assert_eq!(list, serde_json::json!([]), "nothing created");
 }
 
@@ -227,7 +211,7 @@ async fn a_cancelled_wait_for_a_parent_claims_nothing_and_release_jobs_are_not_c
         .start_prepare_domain(
             "vm-wait",
             DOMAIN_UUID,
-            vec![device("vf", "0000:4b:00.4")],
+            vec![claim_device("vf", "0000:4b:00.4")],
             options,
         )
         .await
@@ -248,8 +232,7 @@ async fn a_cancelled_wait_for_a_parent_claims_nothing_and_release_jobs_are_not_c
             || message.contains("cancelled before starting"),
         "{message}"
     );
-    let list = vgpuctl(bus, None, &["--json", "list"]);
-    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let list = vgpuctl_json(&vgpuctl(bus, None, &["--json", "list"]));
     assert_eq!(list, serde_json::json!([]), "nothing claimed");
 
     // A release runs to its end: its job says so, and Cancel is NotSupported.

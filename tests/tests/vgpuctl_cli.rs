@@ -2,14 +2,13 @@
 
 use std::process::{Command, Stdio};
 
-use e2e_tests::bus::{start_service, vgpuctl, workspace_binary, TestBus};
+use e2e_tests::bus::{bus_with_service, created_uuids, vgpuctl, workspace_binary, TestBus};
 
 /// `vgpuctl profiles | head -0`: the reader is gone before the first line is written. The
 /// client must end quietly with status 0 instead of panicking on EPIPE.
 #[test]
 fn closed_stdout_pipe_ends_quietly() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
     for args in [
         &["profiles"][..],
         &["--json", "profiles"][..],
@@ -41,12 +40,8 @@ fn closed_stdout_pipe_ends_quietly() {
 /// on stderr; an unknown instance is NotFound naming it.
 #[test]
 fn qemu_args_for_an_nvidia_mdev() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let created = vgpuctl(&bus, None, &["--json", "create", "nvidia-t4-2q"]);
-    assert!(created.status.success(), "{created:?}");
-    let created: serde_json::Value = serde_json::from_slice(&created.stdout).unwrap();
-    let uuid = created[0]["uuid"].as_str().expect("uuid").to_string();
+    let (bus, _service) = bus_with_service();
+    let uuid = created_uuids(&vgpuctl(&bus, None, &["--json", "create", "nvidia-t4-2q"])).remove(0);
 
     let output = vgpuctl(&bus, None, &["qemu-args", &uuid]);
     assert!(output.status.success(), "{output:?}");
@@ -158,8 +153,7 @@ fn vgpuctl_with_path(bus: &TestBus, path: &std::ffi::OsStr, args: &[&str]) -> st
 /// destroys what it created.
 #[test]
 fn attach_and_detach_through_virsh() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
     let dir = tempfile::tempdir().unwrap();
     fake_virsh(dir.path());
     let mut path = std::ffi::OsString::from(dir.path());
@@ -218,8 +212,7 @@ fn attach_and_detach_through_virsh() {
 /// simulated service a well-formed one is NotSupported saying the host is simulated.
 #[test]
 fn probe_on_the_simulated_service() {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
+    let (bus, _service) = bus_with_service();
     let output = vgpuctl(&bus, None, &["probe", "not-a-target"]);
     assert_eq!(
         output.status.code(),
