@@ -14,21 +14,20 @@
 //! Needs root (it creates users and installs polkit files, removed again when it ends).
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use dbus_api::names::{action, option};
 use dbus_api::proxy::{JobProxy, ManagerProxy, SriovProxy};
 use dbus_api::{path, ErrorKind};
 use e2e_tests::bus::{
-    packaging_file, runnable_by_others, service_signals, start_polkitd, start_service, vgpuctl,
-    vgpuctl_json, wait_for, InstalledFile, TestBus, TestUser,
+    claim_device, install_polkit_actions, is_root, runnable_by_others, service_signals,
+    start_polkitd, start_service, stderr_of, vgpuctl, vgpuctl_json, wait_for, InstalledFile,
+    TestBus, TestUser,
 };
 use futures_util::StreamExt;
 use zbus::{Connection, MessageStream, OwnedObjectPath, Variant};
 
-const ACTIONS_FILE: &str = "/usr/share/polkit-1/actions/org.mdevmanager.vgpu1.policy";
 const NOT_AUTHORIZED: &str = "org.mdevmanager.VGpu1.Error.NotAuthorized";
 /// The H200's first VF: absent until its VFs are enabled.
 const FIRST_VF: &str = "0000:4b:00.4";
@@ -126,10 +125,6 @@ fn number(job: &OwnedObjectPath) -> &str {
     job.as_str().rsplit('/').next().unwrap_or_default()
 }
 
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 /// How a job ended: `Completed` (success, message) if seen, and `JobRemoved` (result, message).
 #[derive(Debug)]
 struct Ending {
@@ -179,11 +174,6 @@ async fn job_proxy<'a>(connection: &Connection, job: &'a OwnedObjectPath) -> Job
         .expect("job proxy")
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid(2) has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn uid_of(user: &str) -> u32 {
     let output = Command::new("id").args(["-u", user]).output().expect("id");
     String::from_utf8_lossy(&output.stdout)
@@ -198,13 +188,7 @@ async fn only_the_starter_or_a_holder_of_the_operations_action_may_cancel_a_job(
         is_root(),
         "this test needs root (it creates users and installs polkit files)"
     );
-    // polkitd reads action files only at start, from this fixed directory.
-    let _actions = if Path::new(ACTIONS_FILE).exists() {
-        None
-    } else {
-        let policy = std::fs::read(packaging_file("polkit/org.mdevmanager.vgpu1.policy")).unwrap();
-        Some(InstalledFile::install(ACTIONS_FILE, &policy).expect("install the polkit actions"))
-    };
+    let _actions = install_polkit_actions();
     let bus = TestBus::start().expect("dbus-daemon");
     let _polkitd = start_polkitd(&bus).expect("polkitd");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
@@ -257,7 +241,7 @@ async fn only_the_starter_or_a_holder_of_the_operations_action_may_cancel_a_job(
             output.status.code(),
             Some(ErrorKind::NotAuthorized.exit_code() as i32),
             "{}",
-            stderr(&output)
+            stderr_of(&output)
         );
         false
     })
@@ -308,17 +292,17 @@ async fn only_the_starter_or_a_holder_of_the_operations_action_may_cancel_a_job(
         output.status.code(),
         Some(ErrorKind::NotAuthorized.exit_code() as i32),
         "{}",
-        stderr(&output)
+        stderr_of(&output)
     );
     assert!(
-        stderr(&output).contains(roots.as_str()),
+        stderr_of(&output).contains(roots.as_str()),
         "{}",
-        stderr(&output)
+        stderr_of(&output)
     );
     assert!(
-        stderr(&output).contains(action::MANAGE_INSTANCES),
+        stderr_of(&output).contains(action::MANAGE_INSTANCES),
         "{}",
-        stderr(&output)
+        stderr_of(&output)
     );
     // 4. Cancel has no `interactive` option (interaction is the header flag, turned off with
     // `auth.no_user_interaction`): an unknown option is InvalidArgs naming it.
@@ -352,12 +336,8 @@ async fn only_the_starter_or_a_holder_of_the_operations_action_may_cancel_a_job(
     // the outsider nor the member granted manage-instances may cancel it; it completes once
     // the VF appears.
     let options = HashMap::from([(option::WAIT_FOR_PARENT, Variant::from(600u32))]);
-    let device = HashMap::from([
-        ("kind", Variant::from("vf")),
-        ("pci_address", Variant::from(FIRST_VF)),
-    ]);
     let claim = manager
-        .start_prepare_domain(VM, VM_UUID, vec![device], options)
+        .start_prepare_domain(VM, VM_UUID, vec![claim_device("vf", FIRST_VF)], options)
         .await
         .expect("StartPrepareDomain");
     for user in [&outsider.name, &canceller.name] {
@@ -425,7 +405,7 @@ async fn only_the_starter_or_a_holder_of_the_operations_action_may_cancel_a_job(
         output.status.code(),
         Some(ErrorKind::NotAuthorized.exit_code() as i32),
         "{}",
-        stderr(&output)
+        stderr_of(&output)
     );
 
     // 3. The non-root starter cancels its own job through vgpuctl, although polkit refuses it
@@ -444,7 +424,7 @@ async fn only_the_starter_or_a_holder_of_the_operations_action_may_cancel_a_job(
         output.status.code(),
         Some(ErrorKind::NotFound.exit_code() as i32),
         "{}",
-        stderr(&output)
+        stderr_of(&output)
     );
     drop(rule);
     wait_for(Duration::from_secs(30), || {
