@@ -8,17 +8,15 @@
 //! users and installs polkit files, removed again when it ends).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use dbus_api::path;
 use e2e_tests::bus::{
-    packaging_file, repo_root, runnable_by_others, start_polkitd, start_service, vgpuctl, wait_for,
-    InstalledFile, TestBus, TestUser,
+    call_everything, group_rule, install_polkit_actions, is_root, package_binary, repo_root,
+    start_polkitd, start_service, vgpuctl, wait_for, wait_for_manage_grant, InstalledFile, TestBus,
+    TestUser,
 };
 
-const ACTIONS_FILE: &str = "/usr/share/polkit-1/actions/org.mdevmanager.vgpu1.policy";
 const REFUSED: &str = "org.mdevmanager.VGpu1.Error.NotAuthorized";
 
 /// Allowed: anything but NotAuthorized (the call may still fail on its merits).
@@ -188,58 +186,6 @@ fn the_table_covers_every_published_method() {
     );
 }
 
-fn client_binary() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(repo_root())
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "e2e-tests",
-            "--bin",
-            "mdev-e2e-client",
-        ])
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building mdev-e2e-client failed");
-    let exe = std::env::current_exe().expect("test path");
-    // <target>/debug/deps/<test> → <target>/debug/mdev-e2e-client
-    exe.parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join("mdev-e2e-client"))
-        .expect("target dir")
-}
-
-fn call_everything(
-    bus: &TestBus,
-    client: &Path,
-    user: Option<&str>,
-    instances: [&str; 2],
-    parent: &str,
-) -> BTreeMap<String, String> {
-    let (mut command, client) = match user {
-        Some(user) => {
-            let mut command = Command::new("runuser");
-            command.args(["-u", user, "--", "env"]);
-            (command, runnable_by_others(bus, client))
-        }
-        None => (Command::new("env"), client.to_path_buf()),
-    };
-    let output = command
-        .arg(format!("DBUS_SYSTEM_BUS_ADDRESS={}", bus.address()))
-        .arg(client)
-        .args([instances[0], parent, instances[1]])
-        .output()
-        .expect("run the client");
-    assert!(
-        output.status.success(),
-        "client as {user:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("client JSON")
-}
-
 /// A persistent instance, so that Stop leaves an object for Start to act on.
 fn create_instance(bus: &TestBus) -> String {
     let output = vgpuctl(
@@ -356,16 +302,12 @@ fn check_row(caller: &str, results: &BTreeMap<String, String>, column: impl Fn(u
 
 #[test]
 fn every_mutating_method_per_caller_matches_the_table() {
-    // SAFETY: geteuid(2) has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(euid, 0, "needs root: creates users, installs polkit files");
-    let _actions = if Path::new(ACTIONS_FILE).exists() {
-        None
-    } else {
-        let policy = std::fs::read(packaging_file("polkit/org.mdevmanager.vgpu1.policy")).unwrap();
-        Some(InstalledFile::install(ACTIONS_FILE, &policy).expect("install the polkit actions"))
-    };
-    let client = client_binary();
+    assert!(
+        is_root(),
+        "needs root: creates users, installs polkit files"
+    );
+    let _actions = install_polkit_actions();
+    let client = package_binary("e2e-tests", "mdev-e2e-client");
     let bus = TestBus::start().expect("dbus-daemon");
     let _polkitd = start_polkitd(&bus).expect("polkitd");
     let _service = start_service(&bus, &[]).expect("mdev-manager");
@@ -375,30 +317,23 @@ fn every_mutating_method_per_caller_matches_the_table() {
     let outsider = TestUser::create(&format!("relout{suffix}"), None).expect("useradd");
     let group = format!("relgrp{suffix}");
     let member = TestUser::create(&format!("relin{suffix}"), Some(&group)).expect("useradd");
-    let rule = format!(
-        "polkit.addRule(function(action, subject) {{\n  \
-         if (action.id.indexOf(\"org.mdevmanager.vgpu1.\") == 0 && subject.isInGroup(\"{group}\")) {{\n    \
-         return polkit.Result.YES;\n  }}\n}});\n"
-    );
     let _rule = InstalledFile::install(
         format!("/etc/polkit-1/rules.d/49-mdev-reliability-{suffix}.rules"),
-        rule.as_bytes(),
+        group_rule(&group).as_bytes(),
     )
     .expect("install the rule");
-    wait_for(Duration::from_secs(20), || {
-        let output = vgpuctl(&bus, Some(&member.name), &["--json", "permissions"]);
-        output.status.success()
-            && serde_json::from_slice::<serde_json::Value>(&output.stdout)
-                .map(|p| p["org.mdevmanager.vgpu1.manage-instances"] == "yes")
-                .unwrap_or(false)
-    })
-    .expect("polkitd picked up the rule");
+    wait_for_manage_grant(&bus, &member.name).expect("polkitd picked up the rule");
 
     // The unprivileged user first, on an instance root made: nothing may change.
     let instances = [create_instance(&bus), create_instance(&bus)];
     let instance = [instances[0].as_str(), instances[1].as_str()];
     let before = vgpuctl(&bus, None, &["--json", "list"]).stdout;
-    let results = call_everything(&bus, &client, Some(&outsider.name), instance, &h200);
+    let results = call_everything(
+        &bus,
+        &client,
+        Some(&outsider.name),
+        &[instance[0], &h200, instance[1]],
+    );
     check_row("user", &results, |i| TABLE[i].3);
     check_cancel(&bus, "user", Some(&outsider.name), ON_A_ROOT_JOB[0].3);
     assert_eq!(
@@ -409,13 +344,18 @@ fn every_mutating_method_per_caller_matches_the_table() {
 
     let instances = [create_instance(&bus), create_instance(&bus)];
     let instance = [instances[0].as_str(), instances[1].as_str()];
-    let results = call_everything(&bus, &client, Some(&member.name), instance, &h200);
+    let results = call_everything(
+        &bus,
+        &client,
+        Some(&member.name),
+        &[instance[0], &h200, instance[1]],
+    );
     check_row("group", &results, |i| TABLE[i].4);
     check_cancel(&bus, "group", Some(&member.name), ON_A_ROOT_JOB[0].4);
 
     let instances = [create_instance(&bus), create_instance(&bus)];
     let instance = [instances[0].as_str(), instances[1].as_str()];
-    let results = call_everything(&bus, &client, None, instance, &h200);
+    let results = call_everything(&bus, &client, None, &[instance[0], &h200, instance[1]]);
     check_row("root", &results, |i| TABLE[i].2);
     check_cancel(&bus, "root", None, ON_A_ROOT_JOB[0].2);
 }
