@@ -4,9 +4,9 @@
 mod common;
 
 use std::os::unix::net::UnixListener;
-use std::path::Path;
 
-use common::{fixture, run_hook, stderr_of, PrivateBus, HOOK};
+use common::{fixture, run_hook, stderr_of, HOOK};
+use e2e_tests::bus::{files_under, TestBus};
 
 /// A socket posing as the system bus that only records whether anyone connected, so a test can
 /// prove the hook did not touch D-Bus.
@@ -41,22 +41,6 @@ const OPERATIONS: [(&str, &str); 5] = [
     ("migrate", "begin"),
     ("restore", "begin"),
 ];
-
-fn files_under(root: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                found.push(path.strip_prefix(root).unwrap().display().to_string());
-            }
-        }
-    }
-    found
-}
 
 #[test]
 fn other_operations_exit_0_without_reading_stdin_or_touching_dbus() {
@@ -163,11 +147,12 @@ fn release_with_no_system_bus_records_the_release_and_exits_0() {
 
 #[test]
 fn release_on_a_bus_without_the_service_records_the_release_and_exits_0() {
-    let bus = PrivateBus::start(&[]);
+    let bus = TestBus::start().expect("dbus-daemon");
+    let address = bus.address();
     let root = tempfile::tempdir().unwrap();
     let root_text = root.path().display().to_string();
     let env = [
-        ("DBUS_SYSTEM_BUS_ADDRESS", bus.address()),
+        ("DBUS_SYSTEM_BUS_ADDRESS", address.as_str()),
         ("MDEV_MANAGER_ROOT", root_text.as_str()),
     ];
     // A domain with only a bare mdev hostdev is released too: the service may hold it.
@@ -182,11 +167,12 @@ fn release_on_a_bus_without_the_service_records_the_release_and_exits_0() {
 
 #[test]
 fn prepare_of_declared_vgpus_without_the_service_fails_with_one_clear_line() {
-    let bus = PrivateBus::start(&[]);
+    let bus = TestBus::start().expect("dbus-daemon");
+    let address = bus.address();
     let root = tempfile::tempdir().unwrap();
     let root_text = root.path().display().to_string();
     let env = [
-        ("DBUS_SYSTEM_BUS_ADDRESS", bus.address()),
+        ("DBUS_SYSTEM_BUS_ADDRESS", address.as_str()),
         ("MDEV_MANAGER_ROOT", root_text.as_str()),
     ];
     let xml = fixture("domains/metadata-several.xml");
@@ -223,8 +209,9 @@ fn prepare_of_declared_vgpus_without_the_service_fails_with_one_clear_line() {
 
 #[test]
 fn prepare_of_bare_hostdevs_without_the_service_lets_libvirt_go_on() {
-    let bus = PrivateBus::start(&[]);
-    let env = [("DBUS_SYSTEM_BUS_ADDRESS", bus.address())];
+    let bus = TestBus::start().expect("dbus-daemon");
+    let address = bus.address();
+    let env = [("DBUS_SYSTEM_BUS_ADDRESS", address.as_str())];
     let output = run_hook(
         ["ml-train", "prepare", "begin", "-"],
         &fixture("domains/vf-hostdev.xml"),
@@ -240,8 +227,9 @@ fn prepare_of_bare_hostdevs_without_the_service_lets_libvirt_go_on() {
 
 #[test]
 fn reconnect_never_fails() {
-    let bus = PrivateBus::start(&[]);
-    let env = [("DBUS_SYSTEM_BUS_ADDRESS", bus.address())];
+    let bus = TestBus::start().expect("dbus-daemon");
+    let address = bus.address();
+    let env = [("DBUS_SYSTEM_BUS_ADDRESS", address.as_str())];
     for name in [
         "domains/metadata-several.xml",
         "domains/malformed.xml",

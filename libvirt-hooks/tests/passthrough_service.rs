@@ -6,46 +6,19 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::process::Output;
 
-use common::{run_hook, stderr_of};
-use e2e_tests::bus::{name_has_owner, repo_root, vgpuctl, wait_for, workspace_binary, TestBus};
-use serde_json::Value;
+use common::{instances, run_hook_on, stderr_of};
+use e2e_tests::bus::{repo_root, vgpuctl, Process, TestBus};
 
 const GPU: &str = "0000:41:00.0";
 const VM_A: &str = "3d1f0c2e-5a6b-4c7d-8e9f-0a1b2c3d4e01";
 const VM_B: &str = "3d1f0c2e-5a6b-4c7d-8e9f-0a1b2c3d4e02";
 
-/// The daemon on the pass-through topology; killed on drop.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_daemon(bus: &TestBus, root: &Path) -> Daemon {
+/// The daemon on the pass-through topology.
+fn start_daemon(bus: &TestBus, root: &Path) -> Process {
     let topology = repo_root().join("mdev-manager/topologies/passthrough.toml");
-    let child = Command::new(workspace_binary("mdev-manager"))
-        .arg("--simulate")
-        .arg(&topology)
-        .arg("--state-dir")
-        .arg(root.join("var/lib/mdev-manager"))
-        .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
-        .env("MDEV_MANAGER_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start mdev-manager");
-    let daemon = Daemon(child);
-    wait_for(Duration::from_secs(30), || {
-        name_has_owner(&bus.address(), dbus_api::names::BUS_NAME)
-    })
-    .expect("mdev-manager takes its bus name");
-    daemon
+    common::start_daemon(bus, root, topology.to_str().expect("utf-8 path"))
 }
 
 /// A domain asking for the GPU by address, attached as an unmanaged PCI hostdev.
@@ -61,28 +34,7 @@ fn domain(name: &str, uuid: &str) -> String {
 }
 
 fn hook(bus: &TestBus, root: &Path, name: &str, operation: &str, sub: &str, xml: &str) -> Output {
-    let address = bus.address();
-    let root = root.display().to_string();
-    run_hook(
-        [name, operation, sub, "-"],
-        xml.as_bytes(),
-        &[
-            ("DBUS_SYSTEM_BUS_ADDRESS", address.as_str()),
-            ("MDEV_MANAGER_ROOT", root.as_str()),
-            ("MDEV_MANAGER_HOOK_TIMEOUT_SECS", "30"),
-        ],
-    )
-}
-
-fn instances(bus: &TestBus) -> Vec<Value> {
-    let output = vgpuctl(bus, None, &["--json", "list"]);
-    assert!(
-        output.status.success(),
-        "vgpuctl list: {}",
-        stderr_of(&output)
-    );
-    let list: Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    list.as_array().cloned().unwrap_or_default()
+    run_hook_on(bus, root, [name, operation, sub, "-"], xml, "30")
 }
 
 #[test]

@@ -4,75 +4,34 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::Output;
 use std::time::Duration;
 
-use common::{run_hook, stderr_of};
-use e2e_tests::bus::{name_has_owner, vgpuctl, wait_for, workspace_binary, TestBus};
+use common::{run_hook_on, start_daemon, stderr_of};
+use e2e_tests::bus::{created_uuids, vgpuctl, wait_for, wait_name_released, Process, TestBus};
 use serde_json::Value;
 
-/// The daemon on the simulated host with its state under `<root>/var/lib/mdev-manager`, where
-/// the hook (with `MDEV_MANAGER_ROOT=<root>`) records pending releases. Stopped on drop.
-struct Daemon {
-    child: Child,
-}
-
-impl Daemon {
-    fn start(bus: &TestBus, root: &Path) -> Self {
-        let child = Command::new(workspace_binary("mdev-manager"))
-            .arg("--simulate")
-            .arg("--state-dir")
-            .arg(root.join("var/lib/mdev-manager"))
-            .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
-            .env("MDEV_MANAGER_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start mdev-manager");
-        let daemon = Self { child };
-        wait_for(Duration::from_secs(30), || {
-            name_has_owner(&bus.address(), dbus_api::names::BUS_NAME)
-        })
-        .expect("mdev-manager takes its bus name");
-        daemon
-    }
-
-    /// SIGTERM and wait, so the name is gone when this returns.
-    fn stop(mut self, bus: &TestBus) {
-        let pid = i32::try_from(self.child.id()).expect("pid fits in pid_t");
-        // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-        let _ = self.child.wait();
-        wait_for(Duration::from_secs(10), || {
-            !name_has_owner(&bus.address(), dbus_api::names::BUS_NAME)
-        })
-        .expect("the bus name is released");
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One test's world: a bus, a host root and the daemon.
+/// One test's world: a bus, a host root and the daemon on the default simulated host.
 struct World {
-    bus: TestBus,
+    daemon: Option<Process>,
     root: tempfile::TempDir,
-    daemon: Option<Daemon>,
+    bus: TestBus,
 }
 
 impl World {
     fn start() -> Self {
         let bus = TestBus::start().expect("dbus-daemon");
         let root = tempfile::tempdir().unwrap();
-        let daemon = Some(Daemon::start(&bus, root.path()));
-        Self { bus, root, daemon }
+        let daemon = Some(start_daemon(&bus, root.path(), "default"));
+        Self { daemon, root, bus }
+    }
+
+    /// Stops the daemon (SIGTERM and wait, so the name is gone when this returns).
+    fn stop_daemon(&mut self) {
+        let daemon = self.daemon.take().expect("running");
+        daemon.terminate().expect("stop mdev-manager");
+        wait_name_released(&self.bus).expect("the bus name is released");
     }
 
     fn hook(&self, domain: &str, operation: &str, sub: &str, xml: &str) -> Output {
@@ -87,39 +46,23 @@ impl World {
         xml: &str,
         timeout_secs: &str,
     ) -> Output {
-        let address = self.bus.address();
-        let root = self.root.path().display().to_string();
-        run_hook(
+        run_hook_on(
+            &self.bus,
+            self.root.path(),
             [domain, operation, sub, "-"],
-            xml.as_bytes(),
-            &[
-                ("DBUS_SYSTEM_BUS_ADDRESS", address.as_str()),
-                ("MDEV_MANAGER_ROOT", root.as_str()),
-                ("MDEV_MANAGER_HOOK_TIMEOUT_SECS", timeout_secs),
-            ],
+            xml,
+            timeout_secs,
         )
     }
 
     /// Sends `signal` to the daemon (SIGSTOP/SIGCONT to make it hang and resume).
     fn signal_daemon(&self, signal: i32) {
-        let daemon = self.daemon.as_ref().expect("running");
-        let pid = i32::try_from(daemon.child.id()).expect("pid fits in pid_t");
-        // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
-        unsafe {
-            libc::kill(pid, signal);
-        }
+        self.daemon.as_ref().expect("running").signal(signal);
     }
 
     /// `vgpuctl --json list`.
     fn instances(&self) -> Vec<Value> {
-        let output = vgpuctl(&self.bus, None, &["--json", "list"]);
-        assert!(
-            output.status.success(),
-            "vgpuctl list: {}",
-            stderr_of(&output)
-        );
-        let list: Value = serde_json::from_slice(&output.stdout).expect("JSON");
-        list.as_array().cloned().unwrap_or_default()
+        common::instances(&self.bus)
     }
 
     fn instance(&self, uuid: &str) -> Option<Value> {
@@ -260,13 +203,12 @@ fn prepare_without_capacity_fails_with_the_reason_and_leaves_nothing_behind() {
 #[test]
 fn bare_hostdevs_claim_service_instances_and_leave_foreign_ones_alone() {
     let world = World::start();
-    let created = vgpuctl(&world.bus, None, &["--json", "create", "nvidia-t4-2q"]);
-    assert!(created.status.success(), "{}", stderr_of(&created));
-    let created: Value = serde_json::from_slice(&created.stdout).unwrap();
-    let ours = created[0]["uuid"]
-        .as_str()
-        .expect("created uuid")
-        .to_owned();
+    let ours = created_uuids(&vgpuctl(
+        &world.bus,
+        None,
+        &["--json", "create", "nvidia-t4-2q"],
+    ))
+    .remove(0);
     let foreign = "3eb9d718-0b31-11ee-91aa-2b17f51ee12d";
     let xml = format!(
         "<domain type='kvm'><name>vm-ref</name><uuid>{VM_A}</uuid><devices>\
@@ -297,7 +239,7 @@ fn release_with_the_daemon_down_is_recorded_and_finished_when_it_starts() {
     let output = world.hook("vm-a", "prepare", "begin", &xml);
     assert!(output.status.success(), "{}", stderr_of(&output));
 
-    world.daemon.take().expect("running").stop(&world.bus);
+    world.stop_daemon();
     let output = world.hook("vm-a", "release", "end", &xml);
     assert!(
         output.status.success(),
@@ -312,7 +254,7 @@ fn release_with_the_daemon_down_is_recorded_and_finished_when_it_starts() {
     let record = world.pending_dir().join(VM_A);
     assert_eq!(std::fs::read_to_string(&record).unwrap(), "vm-a");
 
-    world.daemon = Some(Daemon::start(&world.bus, world.root.path()));
+    world.daemon = Some(start_daemon(&world.bus, world.root.path(), "default"));
     wait_for(Duration::from_secs(10), || !record.exists())
         .expect("the daemon finished the pending release and deleted its record");
     assert!(

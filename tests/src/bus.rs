@@ -4,7 +4,9 @@
 //!
 //! How the private bus is set up follows what was seen working on Debian 12 (no systemd):
 //! `/usr/share/dbus-1/system.conf` with the listen address moved into a temp directory, the
-//! user/pidfile/fork/syslog lines removed and the include directory made absolute.
+//! user/pidfile/fork/syslog lines removed, the include directory made absolute, and nothing
+//! of the host's own: no bus activation (a service is there only if a test started it) and
+//! none of the host's local configuration under `/etc/dbus-1/`.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -164,12 +166,18 @@ pub fn system_bus_config(system_conf: &str, socket: &Path, policy_dir: &Path) ->
     let mut out = String::new();
     for line in system_conf.lines() {
         let trimmed = line.trim();
-        if trimmed.starts_with("<user>")
-            || trimmed.starts_with("<pidfile>")
-            || trimmed == "<fork/>"
-            || trimmed == "<syslog/>"
-            || (trimmed.starts_with("<include") && trimmed.contains("/etc/dbus-1/system.conf"))
-        {
+        let dropped = [
+            "<user>",
+            "<pidfile>",
+            "<fork/>",
+            "<syslog/>",
+            "<standard_system_servicedirs/>",
+            "<servicehelper>",
+        ]
+        .iter()
+        .any(|tag| trimmed.starts_with(tag))
+            || (trimmed.starts_with("<include") && trimmed.contains("/etc/dbus-1/"));
+        if dropped {
             continue;
         }
         if trimmed.starts_with("<listen>") {
@@ -675,9 +683,15 @@ mod tests {
     #[test]
     fn system_conf_is_turned_into_a_private_bus() {
         let conf = "<busconfig>\n  <type>system</type>\n  <user>messagebus</user>\n  <fork/>\n  \
+                    <standard_system_servicedirs/>\n  \
+                    <servicehelper>/usr/lib/dbus-1.0/dbus-daemon-launch-helper</servicehelper>\n  \
                     <pidfile>/run/dbus/pid</pidfile>\n  <syslog/>\n  \
                     <listen>unix:path=/run/dbus/system_bus_socket</listen>\n  \
-                    <includedir>system.d</includedir>\n</busconfig>\n";
+                    <include ignore_missing=\"yes\">/etc/dbus-1/system.conf</include>\n  \
+                    <includedir>system.d</includedir>\n  \
+                    <includedir>/etc/dbus-1/system.d</includedir>\n  \
+                    <include ignore_missing=\"yes\">/etc/dbus-1/system-local.conf</include>\n\
+                    </busconfig>\n";
         let out = system_bus_config(conf, Path::new("/tmp/x/bus"), Path::new("/tmp/x/policy"));
         assert!(out.contains("<type>system</type>"));
         assert!(out.contains("<listen>unix:path=/tmp/x/bus</listen>"));
@@ -689,6 +703,9 @@ mod tests {
             "<pidfile>",
             "<syslog/>",
             "system_bus_socket",
+            "servicedirs",
+            "launch-helper",
+            "/etc/dbus-1/",
         ] {
             assert!(!out.contains(gone), "{gone} left in {out}");
         }
