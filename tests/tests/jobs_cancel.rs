@@ -8,89 +8,31 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use dbus_api::names::option;
 use dbus_api::proxy::{JobProxy, ManagerProxy};
 use dbus_api::ErrorKind;
 use e2e_tests::bus::{
-    claim_device, repo_root, service_signals, vgpuctl, vgpuctl_json, wait_for, TestBus, TestUser,
+    claim_device, repo_root, service_signals, vgpuctl, vgpuctl_json, wait_for, TestUser,
 };
+use e2e_tests::in_process::InProcessService;
 use futures_util::StreamExt;
-use mdev_manager::daemon::auth::Polkit;
-use mdev_manager::daemon::Service;
-use mdev_manager::engine::{DiskFiles, Engine, EngineConfig};
+use mdev_manager::engine::EngineConfig;
 use mdev_manager::sim::{Fault, SimHost};
-use zbus::{Connection, MessageStream, OwnedObjectPath, Variant};
+use zbus::{MessageStream, OwnedObjectPath, Variant};
 
 const GPU: &str = "0000:41:00.0";
 const AUDIO: &str = "0000:41:00.1";
 const DOMAIN_UUID: &str = "6f1c3a2e-0b9d-4e57-9a11-2c3d4e5f6a7b";
 
-struct InProcess {
-    bus: TestBus,
-    sim: SimHost,
-    client: Connection,
-    _service: Connection,
-    stop: Arc<AtomicBool>,
-    _state: tempfile::TempDir,
-}
-
-impl Drop for InProcess {
-    fn drop(&mut self) {
-        self.sim.clear_faults();
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-async fn start(topology: &Path) -> InProcess {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let text = std::fs::read_to_string(topology).expect("topology");
-    let sim = SimHost::from_topology_str(&text).expect("topology parses");
-    let state = tempfile::tempdir().expect("state dir");
+/// The service in this process on the pass-through or default topology.
+async fn start(topology: &Path) -> InProcessService {
     let config = EngineConfig {
         poll_interval: Duration::from_millis(20),
         ..EngineConfig::default()
     };
-    let engine = Arc::new(
-        Engine::new(
-            Arc::new(sim.clone()),
-            Arc::new(DiskFiles::new(state.path())),
-            config,
-        )
-        .expect("engine"),
-    );
-    let address = bus.address();
-    let polkit_connection = zbus::connection::Builder::address(address.as_str())
-        .build()
-        .await
-        .expect("polkit connection");
-    let service = Service::new(
-        engine.clone(),
-        Arc::new(Polkit::new(polkit_connection)),
-        vec!["simulated".into()],
-    );
-    let connection = service
-        .serve(zbus::connection::Builder::address(address.as_str()), false)
-        .await
-        .expect("serve");
-    let stop = Arc::new(AtomicBool::new(false));
-    mdev_manager::daemon::host_events(&engine, Some(&sim), false, &stop);
-    Service::request_name(&connection).await.expect("bus name");
-    let client = zbus::connection::Builder::address(address.as_str())
-        .build()
-        .await
-        .expect("client");
-    InProcess {
-        bus,
-        sim,
-        client,
-        _service: connection,
-        stop,
-        _state: state,
-    }
+    InProcessService::start(topology, config).await
 }
 
 fn driver(sim: &SimHost, address: &str) -> Option<String> {
