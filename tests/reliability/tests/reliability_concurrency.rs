@@ -12,7 +12,7 @@ use std::time::Instant;
 use dbus_api::names::{device_key, ERROR_PREFIX};
 use dbus_api::path;
 use dbus_api::proxy::{InstanceProxy, ManagerProxy};
-use e2e_tests::bus::{start_service, TestBus};
+use e2e_tests::bus::bus_with_service;
 use zbus::{OwnedObjectPath, Variant};
 
 const CLIENTS: usize = 32;
@@ -63,6 +63,17 @@ fn uuid_of(instance: &OwnedObjectPath) -> String {
         .to_string()
 }
 
+async fn instance_proxy(
+    connection: &zbus::Connection,
+    instance: OwnedObjectPath,
+) -> InstanceProxy<'static> {
+    InstanceProxy::builder(connection)
+        .path(instance)
+        .build()
+        .await
+        .expect("instance proxy")
+}
+
 async fn client(address: String, index: usize, rounds: u32) -> ClientLog {
     let mut log = ClientLog::default();
     let connection = zbus::connection::Builder::address(address.as_str())
@@ -88,11 +99,7 @@ async fn client(address: String, index: usize, rounds: u32) -> ClientLog {
                 match manager.create_instances(PROFILE, options).await {
                     Ok(created) => {
                         for instance in created {
-                            let proxy = InstanceProxy::builder(&connection)
-                                .path(instance.clone())
-                                .build()
-                                .await
-                                .expect("instance proxy");
+                            let proxy = instance_proxy(&connection, instance.clone()).await;
                             let uuid = proxy.uuid().await.unwrap_or_else(|_| uuid_of(&instance));
                             log.alive.insert(uuid.clone());
                             paths.insert(uuid, instance);
@@ -105,11 +112,7 @@ async fn client(address: String, index: usize, rounds: u32) -> ClientLog {
                 let Some(uuid) = log.alive.iter().next().cloned() else {
                     continue;
                 };
-                let proxy = InstanceProxy::builder(&connection)
-                    .path(paths[&uuid].clone())
-                    .build()
-                    .await
-                    .expect("instance proxy");
+                let proxy = instance_proxy(&connection, paths[&uuid].clone()).await;
                 match proxy.destroy(HashMap::new()).await {
                     Ok(()) => {
                         log.alive.remove(&uuid);
@@ -121,11 +124,7 @@ async fn client(address: String, index: usize, rounds: u32) -> ClientLog {
                 let Some(uuid) = log.alive.iter().last().cloned() else {
                     continue;
                 };
-                let proxy = InstanceProxy::builder(&connection)
-                    .path(paths[&uuid].clone())
-                    .build()
-                    .await
-                    .expect("instance proxy");
+                let proxy = instance_proxy(&connection, paths[&uuid].clone()).await;
                 if let Err(error) = proxy.set_autostart(next() % 2 == 0, HashMap::new()).await {
                     note_error(&mut log, "SetAutostart", error);
                 }
@@ -146,11 +145,7 @@ async fn client(address: String, index: usize, rounds: u32) -> ClientLog {
                     Ok(instances) => {
                         let mut uuids = Vec::new();
                         for instance in instances {
-                            let proxy = InstanceProxy::builder(&connection)
-                                .path(instance.clone())
-                                .build()
-                                .await
-                                .expect("instance proxy");
+                            let proxy = instance_proxy(&connection, instance.clone()).await;
                             uuids.push(proxy.uuid().await.unwrap_or_else(|_| uuid_of(&instance)));
                         }
                         log.claims.insert(domain_uuid.clone(), uuids);
@@ -178,12 +173,8 @@ async fn thirty_two_clients_on_one_gpu_never_overcommit_or_lose_an_update() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(12);
-    let bus = TestBus::start().expect("dbus-daemon");
-    let _service = start_service(&bus, &[]).expect("mdev-manager");
-    let observer = zbus::connection::Builder::address(bus.address().as_str())
-        .build()
-        .await
-        .expect("connect");
+    let (bus, _service) = bus_with_service();
+    let observer = bus.connect().await;
     let type_path = path::mdev_type_path(T4, T4_TYPE);
     let available = |connection: zbus::Connection, type_path: OwnedObjectPath| async move {
         dbus_api::proxy::MdevTypeProxy::builder(&connection)

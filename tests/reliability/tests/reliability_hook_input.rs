@@ -7,44 +7,7 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-fn hook_binary() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let status = Command::new(cargo)
-        .current_dir(&root)
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "libvirt-hooks",
-            "--bin",
-            "mdev-manager-hook",
-        ])
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building the hook failed");
-    let exe = std::env::current_exe().expect("test path");
-    exe.parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join("mdev-manager-hook"))
-        .expect("target dir")
-}
-
-fn files_under(root: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                found.push(path);
-            }
-        }
-    }
-    found
-}
+use e2e_tests::bus::{files_under, package_binary};
 
 fn unparseable_inputs() -> Vec<(String, Vec<u8>)> {
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/domain_xml");
@@ -72,7 +35,7 @@ fn unparseable_inputs() -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn unparseable_domain_xml_fails_prepare_and_touches_nothing() {
-    let hook = hook_binary();
+    let hook = package_binary("libvirt-hooks", "mdev-manager-hook");
     let inputs = unparseable_inputs();
     assert!(
         inputs.len() >= 20,
