@@ -159,6 +159,9 @@ pub enum CreateTarget {
         pf: String,
         /// The numeric vGPU type id.
         type_id: u32,
+        /// This VF only (the caller named it); any free VF that lists the type when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vf: Option<String>,
     },
     /// A whole GPU and the rest of its IOMMU group bound to `vfio-pci` (see [`passthrough`]).
     Passthrough {
@@ -1877,13 +1880,22 @@ impl Engine {
                 record.previous_driver = self.host.bind_vfio(chosen)?;
                 self.commit_new(&record)?;
             }
-            CreateTarget::NvidiaVf { pf, type_id } => {
+            CreateTarget::NvidiaVf { pf, type_id, vf } => {
                 let pf: PciAddress = pf.parse()?;
+                let wanted: Option<PciAddress> = vf.as_deref().map(str::parse).transpose()?;
                 self.wait_for_path(&pf.to_string(), &layout::pci_device(&pf), None)?;
                 let parent_lock = self.parent_lock(&pf.to_string());
                 let _serialized = lock(&parent_lock);
                 self.admit_at_create(&pf.to_string(), &key, &record.scheduling)?;
-                let vf = self.pick_nvidia_vf(pf, *type_id, None)?;
+                let vf = self.pick_nvidia_vf(pf, *type_id, wanted)?;
+                if let Some(wanted) = wanted.filter(|wanted| *wanted != vf) {
+                    return Err(EngineError::NoCapacity {
+                        what: format!("NVIDIA vGPU type {type_id} on VF {wanted}"),
+                        detail: format!(
+                            "VF {wanted} of {pf} is taken or does not list type {type_id} in creatable_vgpu_types"
+                        ),
+                    });
+                }
                 self.host.set_nvidia_vgpu(vf, *type_id)?;
                 record.kind = InstanceKind::NvidiaVf;
                 record.parent = pf.to_string();
@@ -2171,9 +2183,26 @@ fn describe_target(target: &CreateTarget) -> String {
         } => format!("profile {profile}"),
         CreateTarget::Vf { pf, vf: Some(vf) } => format!("VF {vf} of {pf}"),
         CreateTarget::Vf { pf, vf: None } => format!("a VF of {pf}"),
-        CreateTarget::NvidiaVf { pf, type_id } => format!("NVIDIA vGPU type {type_id} on {pf}"),
+        CreateTarget::NvidiaVf {
+            pf,
+            type_id,
+            vf: None,
+        } => format!("NVIDIA vGPU type {type_id} on {pf}"),
+        CreateTarget::NvidiaVf {
+            pf,
+            type_id,
+            vf: Some(vf),
+        } => format!("NVIDIA vGPU type {type_id} on VF {vf} of {pf}"),
         CreateTarget::Passthrough { gpu, .. } => format!("pass-through of GPU {gpu}"),
     }
+}
+
+/// The sysfs device path of an mdev record (the devices directory itself when its UUID does
+/// not parse).
+fn mdev_sysfs_path(record: &InstanceRecord) -> PathBuf {
+    names::parse_uuid(&record.uuid)
+        .map(|uuid| layout::mdev_device(&uuid))
+        .unwrap_or_else(|_| Path::new(layout::MDEV_DEVICES).to_owned())
 }
 
 pub(crate) fn unmanaged_info(mdev: &MdevDevice) -> InstanceInfo {

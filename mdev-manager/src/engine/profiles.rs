@@ -9,6 +9,7 @@ use vgpu_profiles::vendor::{Isolation, OfferedType, PciIdentity, TypeSource};
 use vgpu_profiles::Catalog;
 
 use super::{CreateTarget, EngineError, Inventory, ProfileSummary};
+use crate::discovery::names::PciAddress;
 use crate::discovery::{PciFunction, SriovPf};
 use crate::state::StateFiles;
 
@@ -122,7 +123,7 @@ impl ProfileSet {
         profile_name: &str,
         options: &PlacementOptions,
         inventory: &Inventory,
-        taken_vfs: &[crate::discovery::names::PciAddress],
+        taken_vfs: &[PciAddress],
         mixed_mode_parents: &[String],
     ) -> Result<Resolved, EngineError> {
         let profile =
@@ -131,9 +132,31 @@ impl ProfileSet {
                 .ok_or_else(|| EngineError::UnknownProfile {
                     profile: profile_name.to_owned(),
                 })?;
+        // A VF named as the parent (NVIDIA SR-IOV vGPU admins address VFs): placed on its PF,
+        // with that VF the only one offered.
+        let pinned_vf = options
+            .parent
+            .as_deref()
+            .and_then(|parent| vf_named(inventory, parent, taken_vfs))
+            .transpose()?;
+        let pinned_options;
+        let options = match &pinned_vf {
+            Some((pf, _)) => {
+                pinned_options = PlacementOptions {
+                    parent: Some(pf.function.address.to_string()),
+                    ..options.clone()
+                };
+                &pinned_options
+            }
+            None => options,
+        };
         let mut parents = mdev_parent_states(inventory);
         for pf in &inventory.sriov_pfs {
-            if let Some(state) = sriov_parent_state(pf, taken_vfs) {
+            let only_vf = pinned_vf
+                .as_ref()
+                .filter(|(pinned_pf, _)| pinned_pf.function.address == pf.function.address)
+                .map(|(_, vf)| *vf);
+            if let Some(state) = sriov_parent_state(pf, taken_vfs, only_vf) {
                 parents.push(state);
             }
         }
@@ -160,6 +183,7 @@ impl ProfileSet {
             TypeSource::NvidiaVf { type_id } => CreateTarget::NvidiaVf {
                 pf: placement.parent,
                 type_id,
+                vf: pinned_vf.map(|(_, vf)| vf.to_string()),
             },
             TypeSource::WholeVf => CreateTarget::Vf {
                 pf: placement.parent,
@@ -229,9 +253,44 @@ fn mdev_parent_states(inventory: &Inventory) -> Vec<ParentState> {
 
 /// A PF as placement sees it: NVIDIA SR-IOV vGPU types offered by its free VFs, or its free
 /// VFs as whole functions (AMD MxGPU and other SR-IOV devices the profile matches).
+/// When `parent` is an enabled VF of an SR-IOV PF: that PF and the VF, or why the VF can't
+/// take an instance (the same rules as automatic picking, except that a VF a host driver
+/// uses is the caller's to name).
+fn vf_named<'a>(
+    inventory: &'a Inventory,
+    parent: &str,
+    taken_vfs: &[PciAddress],
+) -> Option<Result<(&'a SriovPf, PciAddress), EngineError>> {
+    let address: PciAddress = parent.parse().ok()?;
+    let (pf, vf) = inventory.sriov_pfs.iter().find_map(|pf| {
+        pf.vfs
+            .iter()
+            .find(|vf| vf.function.address == address)
+            .map(|vf| (pf, vf))
+    })?;
+    let taken = if taken_vfs.contains(&address) {
+        Some("an instance of mdev-manager uses it".to_owned())
+    } else if vf.function.driver.as_deref() == Some(crate::lifecycle::VFIO_PCI) {
+        Some("it is bound to vfio-pci outside mdev-manager".to_owned())
+    } else {
+        vf.nvidia
+            .as_ref()
+            .filter(|nvidia| nvidia.current_type != 0)
+            .map(|nvidia| format!("it already has NVIDIA vGPU type {}", nvidia.current_type))
+    };
+    Some(match taken {
+        Some(reason) => Err(EngineError::NoCapacity {
+            what: format!("VF {address} of {}", pf.function.address),
+            detail: reason,
+        }),
+        None => Ok((pf, address)),
+    })
+}
+
 fn sriov_parent_state(
     pf: &SriovPf,
-    taken_vfs: &[crate::discovery::names::PciAddress],
+    taken_vfs: &[PciAddress],
+    only_vf: Option<PciAddress>,
 ) -> Option<ParentState> {
     let address = pf.function.address.to_string();
     let is_free = |vf: &&crate::discovery::VirtualFunction| {
@@ -255,7 +314,7 @@ fn sriov_parent_state(
                     type_name: name,
                 });
             }
-            if !is_free(&vf) {
+            if !is_free(&vf) || only_vf.is_some_and(|only| only != vf.function.address) {
                 continue;
             }
             for creatable in &nvidia.creatable {
@@ -272,8 +331,12 @@ fn sriov_parent_state(
         // Whole VFs: each free VF is offered as itself; the profile's device match (vendor,
         // class, ...) is checked by resolution against its PCI identity.
         for vf in &pf.vfs {
-            // Like automatic VF picking: a VF a host driver uses is not offered.
-            if !is_free(&vf) || vf.function.driver.is_some() {
+            let named = only_vf == Some(vf.function.address);
+            if only_vf.is_some() && !named {
+                continue;
+            }
+            // Like automatic VF picking: a VF a host driver uses is offered only when named.
+            if !is_free(&vf) || (vf.function.driver.is_some() && !named) {
                 instances.push(ExistingInstance {
                     type_id: vf.function.address.to_string(),
                     type_name: None,

@@ -748,6 +748,7 @@ fn nvidia_sriov_vgpu_takes_a_free_vf_and_clears_it() {
         .create(CreateRequest::new(CreateTarget::NvidiaVf {
             pf: H200.into(),
             type_id: 1403,
+            vf: None,
         }))
         .unwrap();
     let second = s
@@ -755,6 +756,7 @@ fn nvidia_sriov_vgpu_takes_a_free_vf_and_clears_it() {
         .create(CreateRequest::new(CreateTarget::NvidiaVf {
             pf: H200.into(),
             type_id: 1403,
+            vf: None,
         }))
         .unwrap();
     assert_ne!(first.vf, second.vf);
@@ -771,6 +773,7 @@ fn nvidia_sriov_vgpu_takes_a_free_vf_and_clears_it() {
         .create(CreateRequest::new(CreateTarget::NvidiaVf {
             pf: H200.into(),
             type_id: 1403,
+            vf: None,
         }))
         .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::NoCapacity, "{error}");
@@ -1245,6 +1248,72 @@ fn profiles_resolve_to_mdev_types_nvidia_vfs_and_whole_vfs() {
     assert!(whole.active);
 }
 
+fn profile_on(name: &str, parent: &str) -> CreateRequest {
+    CreateRequest::new(CreateTarget::Profile {
+        profile: name.into(),
+        parent: Some(parent.into()),
+    })
+}
+
+/// The VF behind a PF's `virtfnN` link.
+fn virtfn(sim: &SimHost, pf: &str, index: u32) -> String {
+    let link = sim
+        .read_link(Path::new(&format!(
+            "/sys/bus/pci/devices/{pf}/virtfn{index}"
+        )))
+        .unwrap();
+    link.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_vf_named_as_the_parent_takes_the_instance_itself() {
+    let d = setup("default");
+    d.engine
+        .set_num_vfs(H200, 2, DestroyOptions::default())
+        .unwrap();
+    let second = virtfn(&d.sim, H200, 1);
+    let vgpu = d
+        .engine
+        .create(profile_on("nvidia-h200-35c", &second))
+        .unwrap();
+    assert_eq!(
+        (
+            vgpu.kind,
+            vgpu.parent.as_str(),
+            vgpu.vf.map(|vf| vf.to_string())
+        ),
+        (InstanceKind::NvidiaVf, H200, Some(second.clone()))
+    );
+    // Taken now: refused naming the VF, and nothing else is created on another VF.
+    let error = d
+        .engine
+        .create(profile_on("nvidia-h200-35c", &second))
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::NoCapacity, "{error}");
+    assert!(error.to_string().contains(&second), "{error}");
+    assert!(error.to_string().contains("uses it"), "{error}");
+    assert_eq!(d.engine.instances().unwrap().len(), 1);
+
+    // A whole VF (AMD MxGPU) the same way, the second VF rather than the first free one.
+    let amd = "0000:0c:00.0";
+    let second_amd = virtfn(&d.sim, amd, 1);
+    let whole = d
+        .engine
+        .create(profile_on("amd-mxgpu-vf", &second_amd))
+        .unwrap();
+    assert_eq!(
+        (whole.kind, whole.vf.map(|vf| vf.to_string())),
+        (InstanceKind::Vf, Some(second_amd))
+    );
+    // A profile that does not fit the named VF's device is refused, not placed elsewhere.
+    let error = d
+        .engine
+        .create(profile_on("amd-mxgpu-vf", &virtfn(&d.sim, H200, 0)))
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::NoCapacity, "{error}");
+    assert_eq!(d.engine.instances().unwrap().len(), 2);
+}
+
 #[test]
 fn profile_files_in_the_profiles_directory_add_profiles() {
     let s = setup("samples");
@@ -1613,6 +1682,7 @@ fn nvidia_sriov_vgpus_come_back_after_a_reboot() {
         ..CreateRequest::new(CreateTarget::NvidiaVf {
             pf: H200.into(),
             type_id: 1405,
+            vf: None,
         })
     };
     let info = s.engine.create(request).unwrap();
