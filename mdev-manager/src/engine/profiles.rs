@@ -132,11 +132,14 @@ impl ProfileSet {
                 .ok_or_else(|| EngineError::UnknownProfile {
                     profile: profile_name.to_owned(),
                 })?;
+        let mut parents = mdev_parent_states(inventory);
         // A VF named as the parent (NVIDIA SR-IOV vGPU admins address VFs): placed on its PF,
-        // with that VF the only one offered.
+        // with that VF the only one offered. A VF that is an mdev parent itself (NVIDIA's
+        // vGPU-on-VF drivers register each VF) stays the parent.
         let pinned_vf = options
             .parent
             .as_deref()
+            .filter(|parent| !parents.iter().any(|p| p.address == *parent))
             .and_then(|parent| vf_named(inventory, parent, taken_vfs))
             .transpose()?;
         let pinned_options;
@@ -150,7 +153,6 @@ impl ProfileSet {
             }
             None => options,
         };
-        let mut parents = mdev_parent_states(inventory);
         for pf in &inventory.sriov_pfs {
             let only_vf = pinned_vf
                 .as_ref()
