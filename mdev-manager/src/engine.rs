@@ -788,11 +788,33 @@ impl Engine {
         Ok(self.instances_in(&discovery::discover(self.fs())?))
     }
 
-    /// [`Engine::instances`] with the unmanaged mdevs taken from `inventory` (a discovery the
-    /// caller has just made) instead of a second discovery.
+    /// [`Engine::instances`] with the unmanaged mdevs, and whether each mdev record is active
+    /// and its IOMMU group, taken from `inventory` (a discovery the caller has just made)
+    /// instead of a second read of the host.
     pub fn instances_in(&self, inventory: &Inventory) -> Vec<InstanceInfo> {
         let records: Vec<InstanceRecord> = lock(&self.state).instances.values().cloned().collect();
-        let mut infos: Vec<InstanceInfo> = records.iter().map(|r| self.info_of(r)).collect();
+        let present: HashMap<&str, &MdevDevice> = inventory
+            .mdevs
+            .iter()
+            .map(|mdev| (mdev.uuid.as_str(), mdev))
+            .collect();
+        let mut infos: Vec<InstanceInfo> = records
+            .iter()
+            .map(|record| match record.kind {
+                // The discovery lists exactly the mdevs whose device directory exists (what
+                // `is_active` checks) with the group link `info_of` would read.
+                InstanceKind::Mdev => {
+                    let found = present.get(record.uuid.as_str());
+                    self.info_from(
+                        record,
+                        found.is_some(),
+                        found.and_then(|mdev| mdev.iommu_group),
+                        mdev_sysfs_path(record),
+                    )
+                }
+                _ => self.info_of(record),
+            })
+            .collect();
         let known: HashSet<&str> = records.iter().map(|r| r.uuid.as_str()).collect();
         for mdev in &inventory.mdevs {
             if !known.contains(mdev.uuid.as_str()) {
@@ -1069,6 +1091,15 @@ impl Engine {
         if self.is_active(record) {
             return Ok(record.clone());
         }
+        self.start_inactive_record(record)
+    }
+
+    /// [`Engine::start_record`] of a record the caller has just found inactive (reconcile
+    /// checks every record first), without reading the host again to check.
+    pub(crate) fn start_inactive_record(
+        &self,
+        record: &InstanceRecord,
+    ) -> Result<InstanceRecord, EngineError> {
         let uuid = names::parse_uuid(&record.uuid)?;
         let parent_lock = self.parent_lock(&record.parent);
         let _serialized = lock(&parent_lock);
@@ -1610,9 +1641,7 @@ impl Engine {
         let active = self.is_active(record);
         let (sysfs_path, iommu_group) = match (record.kind, record.vf) {
             (InstanceKind::Mdev, _) => {
-                let path = names::parse_uuid(&record.uuid)
-                    .map(|uuid| layout::mdev_device(&uuid))
-                    .unwrap_or_else(|_| Path::new(layout::MDEV_DEVICES).to_owned());
+                let path = mdev_sysfs_path(record);
                 let group = if active {
                     discovery::iommu_group_of(self.fs(), &path)
                 } else {
@@ -1627,6 +1656,17 @@ impl Engine {
             }
             (_, None) => (PathBuf::new(), None),
         };
+        self.info_from(record, active, iommu_group, sysfs_path)
+    }
+
+    /// The info of `record` with what was read of the host.
+    fn info_from(
+        &self,
+        record: &InstanceRecord,
+        active: bool,
+        iommu_group: Option<u32>,
+        sysfs_path: PathBuf,
+    ) -> InstanceInfo {
         InstanceInfo {
             uuid: record.uuid.clone(),
             kind: record.kind,
@@ -1649,17 +1689,21 @@ impl Engine {
     /// concurrent creates cannot both see the last instance).
     fn check_capacity(&self, parent: &str, type_id: &str) -> Result<(), EngineError> {
         let dir = layout::mdev_type(parent, type_id);
-        if !self.fs().exists(&dir) {
-            return Err(EngineError::UnknownType {
-                parent: parent.to_owned(),
-                type_id: type_id.to_owned(),
-            });
-        }
         let path = dir.join("available_instances");
-        let text = self.fs().read(&path).map_err(|source| EngineError::Sysfs {
-            op: "read",
-            path: path.clone(),
-            source,
+        // One read; only a failed one looks at whether the type is there at all.
+        let text = self.fs().read(&path).map_err(|source| {
+            if self.fs().exists(&dir) {
+                EngineError::Sysfs {
+                    op: "read",
+                    path: path.clone(),
+                    source,
+                }
+            } else {
+                EngineError::UnknownType {
+                    parent: parent.to_owned(),
+                    type_id: type_id.to_owned(),
+                }
+            }
         })?;
         let available: u32 = text.trim().parse().map_err(|_| EngineError::Sysfs {
             op: "read",

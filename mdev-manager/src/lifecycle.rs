@@ -41,9 +41,15 @@ pub struct BoundedWriter {
     idle: Arc<Mutex<Vec<mpsc::Sender<WorkerJob>>>>,
 }
 
+/// What a worker runs: the write, returning what hands its result to the caller.
+type WorkerRun = Box<dyn FnOnce() -> Box<dyn FnOnce() + Send> + Send>;
+
 /// A write for a worker, with the handle that puts the worker back into the idle pool.
 struct WorkerJob {
-    run: Box<dyn FnOnce() + Send>,
+    /// The worker goes back into the pool between the write and the hand-over of its result,
+    /// so a caller that writes again at once (reconcile, a batch) finds it idle instead of
+    /// starting a thread.
+    run: WorkerRun,
     handle: mpsc::Sender<WorkerJob>,
 }
 
@@ -66,7 +72,7 @@ impl BoundedWriter {
 
     /// Runs `run` on an idle worker, or on a new one when none is idle (a worker stuck in the
     /// kernel is not idle, so a blocked write never delays the next).
-    fn dispatch(&self, run: Box<dyn FnOnce() + Send>) -> std::io::Result<()> {
+    fn dispatch(&self, run: WorkerRun) -> std::io::Result<()> {
         let mut run = run;
         loop {
             let Some(handle) = lock(&self.idle).pop() else {
@@ -88,16 +94,19 @@ impl BoundedWriter {
             .spawn(move || {
                 let mut next = Some(WorkerJob { run, handle });
                 while let Some(WorkerJob { run, handle }) = next.take() {
-                    run();
-                    let Some(pool) = pool.upgrade() else { return };
-                    {
+                    let deliver = run();
+                    let pooled = pool.upgrade().is_some_and(|pool| {
                         let mut idle = lock(&pool);
                         if idle.len() >= MAX_IDLE_WORKERS {
-                            return;
+                            return false;
                         }
                         idle.push(handle);
+                        true
+                    });
+                    deliver();
+                    if !pooled {
+                        return;
                     }
-                    drop(pool);
                     next = jobs.recv().ok();
                 }
             })
@@ -128,15 +137,17 @@ impl BoundedWriter {
         // blocked) without borrowing from the caller.
         let spawned = self.dispatch(Box::new(move || {
             let result = host.write(&thread_path, &thread_data);
-            let (lock, ready) = &*thread_slot;
-            let mut slot = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if slot.abandoned {
-                // The caller gave up and counted this write as stuck; it is not any more.
-                thread_stuck.fetch_sub(1, Ordering::SeqCst);
-            } else {
-                slot.result = Some(result);
-                ready.notify_all();
-            }
+            Box::new(move || {
+                let (lock, ready) = &*thread_slot;
+                let mut slot = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if slot.abandoned {
+                    // The caller gave up and counted this write as stuck; it is not any more.
+                    thread_stuck.fetch_sub(1, Ordering::SeqCst);
+                } else {
+                    slot.result = Some(result);
+                    ready.notify_all();
+                }
+            })
         }));
         if let Err(source) = spawned {
             return Err(EngineError::Sysfs {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use mdev_manager::daemon::auth::{Authorizer, Polkit};
+use dbus_api::BusError;
+use mdev_manager::daemon::auth::{AuthRequest, Authorizer, BoxFuture, Permission, Polkit};
 use mdev_manager::daemon::Service;
 use mdev_manager::engine::{DiskFiles, Engine, EngineConfig, PciAddress, PlacementRequest};
 use mdev_manager::host::{HostFs, RealFs};
@@ -202,6 +203,43 @@ fn open_host(cli: &Cli) -> Result<OpenedHost> {
     }
 }
 
+/// [`Polkit`] once its bus connection is made (at start-up, concurrently with the service's
+/// own start). A question asked before then waits for it; none can be, in practice: the bus
+/// name is taken after the connection is in place.
+#[derive(Debug)]
+struct PolkitOnceConnected(tokio::sync::watch::Receiver<Option<Polkit>>);
+
+impl PolkitOnceConnected {
+    async fn polkit(&self) -> Option<Polkit> {
+        let mut ready = self.0.clone();
+        let polkit = ready.wait_for(Option::is_some).await.ok()?;
+        polkit.clone()
+    }
+}
+
+impl Authorizer for PolkitOnceConnected {
+    fn check(&self, request: AuthRequest) -> BoxFuture<'_, Result<(), BusError>> {
+        Box::pin(async move {
+            match self.polkit().await {
+                Some(polkit) => polkit.check(request).await,
+                None => Err(BusError::Failed(format!(
+                    "cannot check {}: the service has no bus connection for polkit",
+                    request.action
+                ))),
+            }
+        })
+    }
+
+    fn permission(&self, request: AuthRequest) -> BoxFuture<'_, Permission> {
+        Box::pin(async move {
+            match self.polkit().await {
+                Some(polkit) => polkit.permission(request).await,
+                None => Permission::No,
+            }
+        })
+    }
+}
+
 /// glibc malloc arenas the daemon may use. glibc's default (8 per CPU) gives each thread that
 /// meets contention an arena of its own, which keeps freed memory resident per thread; the
 /// service's work is one engine call at a time per request, so one arena costs no throughput
@@ -298,26 +336,30 @@ async fn serve() -> Result<()> {
         zbus::connection::Builder::system()
     };
     // Polkit needs a connection of its own to ask polkitd from inside method handlers; it is
-    // made on the same bus as the service.
-    let polkit_connection = if let Some(address) = &cli.address {
-        zbus::connection::Builder::address(address.as_str())
-            .build()
-            .await
-    } else if cli.session {
-        zbus::Connection::session().await
-    } else {
-        zbus::Connection::system().await
-    }
-    .context("cannot connect to the bus")?;
-    let authorizer: Arc<dyn Authorizer> = Arc::new(Polkit::new(polkit_connection));
+    // made on the same bus as the service, while the service starts (the start-up reconcile
+    // runs on other threads meanwhile), and is in place before the name is taken.
+    let polkit_connection = async {
+        if let Some(address) = &cli.address {
+            zbus::connection::Builder::address(address.as_str())
+                .build()
+                .await
+        } else if cli.session {
+            zbus::Connection::session().await
+        } else {
+            zbus::Connection::system().await
+        }
+    };
+    let (polkit, polkit_ready) = tokio::sync::watch::channel(None);
+    let authorizer: Arc<dyn Authorizer> = Arc::new(PolkitOnceConnected(polkit_ready));
     let service = Service::new(engine.clone(), authorizer, features);
     if sim.is_none() {
         service.enable_probe(cli.root.clone());
     }
-    let connection = service
-        .serve(builder, !cli.no_reconcile)
-        .await
-        .context("cannot start the service")?;
+    let (polkit_connection, connection) =
+        tokio::join!(polkit_connection, service.serve(builder, !cli.no_reconcile));
+    let polkit_connection = polkit_connection.context("cannot connect to the bus")?;
+    polkit.send_replace(Some(Polkit::new(polkit_connection)));
+    let connection = connection.context("cannot start the service")?;
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let hotplug = mdev_manager::daemon::host_events(
@@ -363,6 +405,34 @@ mod tests {
     fn settings(text: &str) -> Result<(PlacementRequest, Vec<String>)> {
         let config: ConfigFile = toml::from_str(text)?;
         config.placement_settings(Path::new("/etc/mdev-manager/mdev-manager.toml"))
+    }
+
+    /// Without a polkit connection (it could not be made), a question is refused naming the
+    /// action, and no permission is reported: nothing is let through by default.
+    #[test]
+    fn an_authorizer_without_its_connection_refuses() {
+        let (sender, ready) = tokio::sync::watch::channel(None);
+        drop(sender);
+        let authorizer = PolkitOnceConnected(ready);
+        let request = || AuthRequest {
+            action: "org.mdevmanager.vgpu1.manage-instances",
+            details: Default::default(),
+            sender: None,
+            subject: None,
+            interactive: false,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let error = runtime
+            .block_on(authorizer.check(request()))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("manage-instances"), "{error}");
+        assert_eq!(
+            runtime.block_on(authorizer.permission(request())),
+            Permission::No
+        );
     }
 
     #[test]

@@ -322,7 +322,8 @@ impl Engine {
                     ));
                     continue;
                 }
-                let action = match self.start_record(record) {
+                // Found inactive by the pass above: started without checking again.
+                let action = match self.start_inactive_record(record) {
                     Ok(_) => ReconcileAction::Recreated {
                         uuid: record.uuid.clone(),
                     },
@@ -386,7 +387,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::engine::{CreateRequest, CreateTarget, EngineConfig};
+    use crate::engine::{CreateRequest, CreateTarget, EngineConfig, InstanceInfo};
     use crate::sim::SimHost;
     use crate::state::DiskFiles;
 
@@ -415,6 +416,63 @@ mod tests {
                 type_id: type_id.into(),
             })
         }
+    }
+
+    /// The published view takes each mdev record's active state and IOMMU group from the
+    /// discovery instead of reading the host per record: it must give what reading per record
+    /// gives, for inactive records (after a reboot), recreated ones and an unmanaged mdev.
+    #[test]
+    fn instances_from_the_discovery_match_reading_each_record() {
+        let sim = SimHost::builtin("samples").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let engine = open(&sim, dir.path());
+        engine.create(autostart("mtty", "mtty-1")).unwrap();
+        engine.create(autostart("mdpy", "mdpy-vga")).unwrap();
+        engine
+            .create(CreateRequest {
+                persistent: true,
+                ..CreateRequest::new(CreateTarget::Mdev {
+                    parent: "mbochs".into(),
+                    type_id: "mbochs-small".into(),
+                })
+            })
+            .unwrap();
+        drop(engine);
+        sim.reboot();
+        // Made outside the service: listed, never managed.
+        let unmanaged = "83b8f4f2-509f-382f-3c1e-e6bfe0fa10ff";
+        crate::host::HostFs::write(
+            &sim,
+            Path::new("/sys/class/mdev_bus/mtty/mdev_supported_types/mtty-2/create"),
+            unmanaged.as_bytes(),
+        )
+        .unwrap();
+        let engine = open(&sim, dir.path());
+        let per_record = |engine: &Engine| -> Vec<InstanceInfo> {
+            let mut infos: Vec<InstanceInfo> = lock(&engine.state)
+                .instances
+                .values()
+                .map(|record| engine.info_of(record))
+                .collect();
+            infos.extend(engine.instance(unmanaged));
+            infos.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+            infos
+        };
+        let before = engine.instances_in(&engine.inventory().unwrap());
+        assert_eq!(before, per_record(&engine));
+        assert_eq!(before.iter().filter(|info| info.active).count(), 1);
+        assert!(before
+            .iter()
+            .filter(|info| !info.active)
+            .all(|info| info.iommu_group.is_none()));
+        let done = engine.reconcile_and_discover().unwrap();
+        let after = engine.instances_in(&done.inventory);
+        assert_eq!(after, per_record(&engine));
+        let autostarted: Vec<&InstanceInfo> = after.iter().filter(|i| i.autostart).collect();
+        assert_eq!(autostarted.len(), 2);
+        assert!(autostarted
+            .iter()
+            .all(|info| info.active && info.iommu_group.is_some()));
     }
 
     /// Parents are started concurrently: every parent's instances come back, the parent that

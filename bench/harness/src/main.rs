@@ -4,7 +4,9 @@
 //!
 //! Usage: `mdev-bench [--quick] [--only hook,inventory,lifecycle,footprint] [--bin-dir DIR]`,
 //! or `mdev-bench guest [--rounds N] [--bin-dir DIR]` inside the VM tier's guest (`bench/vm/run`),
-//! or `mdev-bench tree DIR` to write the inventory tree of item 2 alone.
+//! or `mdev-bench tree DIR` to write the inventory tree of item 2 alone,
+//! or `mdev-bench cold-start --baseline FILE [--rounds N] [--bin-dir DIR]` to compare item 4's
+//! cold start with 384 instances against another build of the daemon.
 
 mod error;
 mod hosttree;
@@ -44,6 +46,11 @@ fn main() -> Result<()> {
         );
         return Ok(());
     }
+    if args.peek().map(String::as_str) == Some("cold-start") {
+        // The daemon under test against a baseline build, interleaved (start-up work).
+        args.next();
+        return cold_start(args.collect());
+    }
     if args.peek().map(String::as_str) == Some("guest") {
         guest = true;
         args.next();
@@ -70,7 +77,7 @@ fn main() -> Result<()> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: mdev-bench [--quick] [--only {}] [--bin-dir DIR]\n       mdev-bench guest [--rounds N] [--bin-dir DIR]",
+                    "usage: mdev-bench [--quick] [--only {}] [--bin-dir DIR]\n       mdev-bench guest [--rounds N] [--bin-dir DIR]\n       mdev-bench cold-start --baseline FILE [--rounds N] [--bin-dir DIR]",
                     SUITES.join(",")
                 );
                 return Ok(());
@@ -175,5 +182,52 @@ fn main() -> Result<()> {
     if !failed.is_empty() {
         bail!("suites that did not finish: {}", failed.join(", "));
     }
+    Ok(())
+}
+
+/// `mdev-bench cold-start --baseline FILE [--rounds N] [--bin-dir DIR]`.
+fn cold_start(args: Vec<String>) -> Result<()> {
+    let mut baseline: Option<PathBuf> = None;
+    let mut rounds = 10;
+    let mut bin_dir: Option<PathBuf> = None;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--baseline" => baseline = Some(args.next().context("--baseline needs a file")?.into()),
+            "--rounds" => {
+                rounds = args
+                    .next()
+                    .context("--rounds needs a number")?
+                    .parse()
+                    .context("--rounds needs a number")?
+            }
+            "--bin-dir" => {
+                bin_dir = Some(args.next().context("--bin-dir needs a directory")?.into())
+            }
+            other => bail!("unknown argument {other} (cold-start --baseline FILE [--rounds N] [--bin-dir DIR])"),
+        }
+    }
+    let baseline = baseline.context("cold-start needs --baseline FILE (an older mdev-manager)")?;
+    if !baseline.exists() {
+        bail!("baseline {} does not exist", baseline.display());
+    }
+    let bin_dir = match bin_dir {
+        Some(dir) => dir,
+        None => std::env::current_exe()
+            .context("cannot find the harness's own path")?
+            .parent()
+            .map(Path::to_path_buf)
+            .context("the harness has no directory")?,
+    };
+    let env = Env {
+        repo: Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
+        daemon: bin_dir.join("mdev-manager"),
+        vgpuctl: bin_dir.join("vgpuctl"),
+        hook: bin_dir.join("mdev-manager-hook"),
+        rounds: Rounds::full(),
+    };
+    let section = suites::footprint::compare_cold_starts(&env, &baseline, rounds)
+        .map_err(anyhow::Error::from)?;
+    print!("{}", section.markdown());
     Ok(())
 }

@@ -1310,3 +1310,56 @@ fn uevents_match_the_real_kernel_capture() {
         "real: {real:#?}\nsimulated: {simulated:#?}"
     );
 }
+
+/// IOMMU groups and VFIO device indexes are the lowest free ones (the kernel's ida), so what a
+/// removed mdev had is handed out again; capacity counts each parent's own mdevs only.
+#[test]
+fn freed_group_and_cdev_are_reused_and_capacity_is_per_parent() {
+    let host = samples();
+    let group_of = |u: &str| -> u32 {
+        host.read_link(p(&format!("/sys/bus/mdev/devices/{u}/iommu_group")))
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let cdev_of = |u: &str| -> OsString {
+        host.list(p(&format!("/sys/bus/mdev/devices/{u}/vfio-dev")))
+            .unwrap()
+            .remove(0)
+    };
+    for n in 1..=3 {
+        host.write(p(&format!("{MTTY1}/create")), uuid(n).as_bytes())
+            .unwrap();
+    }
+    let groups: Vec<u32> = (1..=3).map(|n| group_of(&uuid(n))).collect();
+    assert!(groups.windows(2).all(|w| w[1] == w[0] + 1), "{groups:?}");
+    let middle = (group_of(&uuid(2)), cdev_of(&uuid(2)));
+    assert_eq!(read(&host, &format!("{MTTY1}/available_instances")), "21\n");
+    let mbochs = "/sys/class/mdev_bus/mbochs/mdev_supported_types/mbochs-small";
+    assert_eq!(
+        read(&host, &format!("{mbochs}/available_instances")),
+        "16\n"
+    );
+    host.write(
+        p(&format!("/sys/bus/mdev/devices/{}/remove", uuid(2))),
+        b"1",
+    )
+    .unwrap();
+    assert_eq!(read(&host, &format!("{MTTY1}/available_instances")), "22\n");
+    host.write(p(&format!("{MTTY1}/create")), uuid(4).as_bytes())
+        .unwrap();
+    assert_eq!((group_of(&uuid(4)), cdev_of(&uuid(4))), middle);
+    // The next one gets the next id after the highest in use.
+    host.write(p(&format!("{mbochs}/create")), uuid(5).as_bytes())
+        .unwrap();
+    assert_eq!(group_of(&uuid(5)), groups[2] + 1);
+    assert_eq!(
+        read(&host, &format!("{mbochs}/available_instances")),
+        "15\n"
+    );
+    assert_eq!(read(&host, &format!("{MTTY1}/available_instances")), "21\n");
+}

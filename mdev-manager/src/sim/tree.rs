@@ -2,10 +2,47 @@
 //! links under host-absolute paths, with the kernel's path walk (links followed, `..`
 //! resolved against the real parent, ELOOP after 40 links).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// How many links one walk may follow before ELOOP (`MAXSYMLINKS`).
 const MAX_SYMLINKS: usize = 40;
+
+/// A fast hasher for the tree's path keys. The keys are long and share long prefixes
+/// (`/sys/devices/pci0000:10/0000:10:00.0/<uuid>/...`), which made the ordered map of the
+/// first version spend most of a path walk comparing prefixes; a hash map needs one hash and
+/// one comparison per step. Not DoS-resistant, which a simulated host does not need: its paths
+/// come from its own topology and from tests.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PathHasher(u64);
+
+impl Hasher for PathHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // Eight bytes at a time: rotate, mix in, multiply by an odd constant.
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+        }
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        // `str`'s Hash ends with a 0xff byte.
+        self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// One entry of the namespace. `F` says how a file reads and writes.
 #[derive(Debug, Clone)]
@@ -18,7 +55,7 @@ pub(crate) enum Node<F> {
 /// A namespace rooted at `/`, keyed by canonical absolute path.
 #[derive(Debug, Clone)]
 pub(crate) struct Tree<F> {
-    nodes: BTreeMap<String, Node<F>>,
+    nodes: HashMap<String, Node<F>, BuildHasherDefault<PathHasher>>,
 }
 
 /// Splits a canonical path into (parent, name). `/` has no parent.
@@ -54,7 +91,8 @@ pub(crate) fn relative_link(from_dir: &str, to: &str) -> String {
 impl<F> Tree<F> {
     /// An empty namespace holding only `/`.
     pub(crate) fn new() -> Self {
-        let mut nodes = BTreeMap::new();
+        let mut nodes: HashMap<String, Node<F>, BuildHasherDefault<PathHasher>> =
+            HashMap::default();
         nodes.insert("/".to_string(), Node::Dir(BTreeSet::new()));
         Self { nodes }
     }
@@ -158,37 +196,46 @@ impl<F> Tree<F> {
         follow_last: bool,
         budget: &mut usize,
     ) -> Result<String, i32> {
-        let mut current = if path.starts_with('/') {
-            "/".to_string()
-        } else {
-            start.to_string()
-        };
-        let components: Vec<&str> = path
+        // One buffer for the whole walk (components are pushed and popped), and one lookup per
+        // component: the kind of the entry `current` names is remembered from the step that
+        // reached it (every entry's parent is a directory, so `..` always lands on one).
+        let mut current = String::with_capacity(start.len() + path.len() + 1);
+        current.push_str(if path.starts_with('/') { "/" } else { start });
+        let mut current_is_dir = matches!(self.nodes.get(current.as_str()), Some(Node::Dir(_)));
+        let mut components = path
             .split('/')
             .filter(|c| !c.is_empty() && *c != ".")
-            .collect();
-        for (index, component) in components.iter().enumerate() {
-            let last = index + 1 == components.len();
-            if !matches!(self.nodes.get(&current), Some(Node::Dir(_))) {
+            .peekable();
+        while let Some(component) = components.next() {
+            let last = components.peek().is_none();
+            if !current_is_dir {
                 return Err(libc::ENOTDIR);
             }
-            if *component == ".." {
-                current = split(&current)
-                    .map(|(parent, _)| parent.to_string())
-                    .unwrap_or_else(|| "/".to_string());
+            if component == ".." {
+                match current.rfind('/') {
+                    Some(0) => current.truncate(1),
+                    Some(index) => current.truncate(index),
+                    None => {}
+                }
                 continue;
             }
-            let next = join(&current, component);
-            match self.nodes.get(&next) {
+            let parent_len = current.len();
+            if current != "/" {
+                current.push('/');
+            }
+            current.push_str(component);
+            match self.nodes.get(current.as_str()) {
                 None => return Err(libc::ENOENT),
                 Some(Node::Link(target)) if !last || follow_last => {
                     if *budget == 0 {
                         return Err(libc::ELOOP);
                     }
                     *budget -= 1;
+                    current.truncate(parent_len);
                     current = self.walk(&current, target, true, budget)?;
+                    current_is_dir = matches!(self.nodes.get(current.as_str()), Some(Node::Dir(_)));
                 }
-                Some(_) => current = next,
+                Some(node) => current_is_dir = matches!(node, Node::Dir(_)),
             }
         }
         Ok(current)
@@ -197,9 +244,14 @@ impl<F> Tree<F> {
     /// Every entry, sorted, one line each: `path/` for directories, `path -> target` for
     /// links, `path` for files (the golden-file form of a topology).
     pub(crate) fn listing(&self) -> Vec<String> {
-        self.nodes
+        let mut entries: Vec<(&String, &Node<F>)> = self
+            .nodes
             .iter()
             .filter(|(path, _)| path.as_str() != "/")
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        entries
+            .into_iter()
             .map(|(path, node)| match node {
                 Node::Dir(_) => format!("{path}/"),
                 Node::Link(target) => format!("{path} -> {target}"),
@@ -210,11 +262,14 @@ impl<F> Tree<F> {
 
     /// Canonical paths of every file, for reading all of them in tests.
     pub(crate) fn file_paths(&self) -> Vec<String> {
-        self.nodes
+        let mut paths: Vec<String> = self
+            .nodes
             .iter()
             .filter(|(_, node)| matches!(node, Node::File(_)))
             .map(|(path, _)| path.clone())
-            .collect()
+            .collect();
+        paths.sort();
+        paths
     }
 }
 
@@ -282,6 +337,38 @@ mod tests {
         tree.add_link("/loop/a", "/loop/b");
         tree.add_link("/loop/b", "/loop/a");
         assert_eq!(tree.resolve("/loop/a", true), Err(libc::ELOOP));
+    }
+
+    #[test]
+    fn walk_edge_cases_and_sorted_listing() {
+        let mut tree: Tree<u8> = Tree::new();
+        tree.add_file("/b/file", 1);
+        tree.mkdir_p("/a/deep/dir");
+        // A link at the top level, a relative link climbing out, `..` beyond the root.
+        tree.add_link("/top", "a/deep");
+        tree.add_link("/a/deep/dir/up", "../../../b");
+        assert_eq!(tree.resolve("/top/dir", true).unwrap(), "/a/deep/dir");
+        assert_eq!(tree.resolve("/top/dir/up/file", true).unwrap(), "/b/file");
+        assert_eq!(tree.resolve("/../../a/./deep/..", true).unwrap(), "/a");
+        assert_eq!(tree.resolve("/top", false).unwrap(), "/top");
+        assert_eq!(tree.resolve("/", true).unwrap(), "/");
+        // A file cannot be walked through, not even with `..`.
+        assert_eq!(tree.resolve("/b/file/..", true), Err(libc::ENOTDIR));
+        assert_eq!(tree.resolve("/top/dir/up/file/x", true), Err(libc::ENOTDIR));
+        assert_eq!(tree.resolve("/top/missing/..", true), Err(libc::ENOENT));
+        assert_eq!(
+            tree.listing(),
+            [
+                "/a/",
+                "/a/deep/",
+                "/a/deep/dir/",
+                "/a/deep/dir/up -> ../../../b",
+                "/b/",
+                "/b/file",
+                "/top -> a/deep",
+            ]
+        );
+        assert_eq!(tree.file_paths(), ["/b/file"]);
     }
 
     #[test]

@@ -187,6 +187,65 @@ pub fn run(env: &Env) -> Result<Section> {
     Ok(section)
 }
 
+/// `mdev-bench cold-start`: the cold start with 384 autostart instances of the daemon under
+/// test against another build of it (`baseline`, a copy of an older `mdev-manager`), `rounds`
+/// starts of each, interleaved with the order alternating round by round, so that the load of
+/// a shared machine hits both alike. Both restore the same `state.json` (made by the daemon
+/// under test) on a fresh simulated host. For comparing a change to the start-up path; the
+/// full suite's figures stay in `footprint`.
+pub fn compare_cold_starts(env: &Env, baseline: &Path, rounds: usize) -> Result<Section> {
+    let mut section =
+        Section::new("4. Cold start + reconcile of 384: this build against a baseline");
+    let bus = PrivateBus::start()?;
+    let state = autostart_state(env, &bus)?;
+    let baseline_env = Env {
+        daemon: baseline.to_path_buf(),
+        ..env.clone()
+    };
+    let mut this = Samples::new();
+    let mut base = Samples::new();
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for is_baseline in order {
+            let root = daemon_root()?;
+            let path = super::state_file(root.path());
+            std::fs::write(&path, &state).map_err(BenchError::io("cannot write", &path))?;
+            let which = if is_baseline { &baseline_env } else { env };
+            let daemon = simulated_daemon(which, &bus, root.path(), SCALE_TOPOLOGY)?;
+            if is_baseline {
+                base.push(daemon.ready_after);
+            } else {
+                this.push(daemon.ready_after);
+            }
+            daemon.stop()?;
+        }
+    }
+    let base = Figure::time(base);
+    section.row(Row::new(
+        "4",
+        format!("baseline `{}`", baseline.display()),
+        base.clone(),
+    ));
+    section.row(
+        Row::new(
+            "4",
+            format!("this build `{}`", env.daemon.display()),
+            Figure::time(this),
+        )
+        .against("baseline", &base)
+        .target(Target::AtMost(0.1)),
+    );
+    section.note(format!(
+        "{rounds} cold starts of each, interleaved (order alternating); each on a fresh \
+         simulated scale host restoring the same 384 autostart instances from `state.json`."
+    ));
+    Ok(section)
+}
+
 /// A `state.json` with 384 autostart instances, made by the service itself.
 fn autostart_state(env: &Env, bus: &PrivateBus) -> Result<Vec<u8>> {
     let root = daemon_root()?;

@@ -159,7 +159,13 @@ impl World {
         let Some(mdev_type) = spec.types.iter().find(|t| t.id == type_id) else {
             return 0;
         };
-        let mine = || self.mdevs.values().filter(move |m| m.parent == parent);
+        // The type ids of the parent's own mdevs.
+        let mine = || {
+            self.mdevs_by_parent
+                .get(parent)
+                .into_iter()
+                .flat_map(|mdevs| mdevs.values().map(String::as_str))
+        };
         match spec.capacity {
             CapacityKind::MaxInstances => {
                 let max = u64::from(spec.max_instances.unwrap_or(0));
@@ -167,7 +173,7 @@ impl World {
             }
             CapacityKind::Homogeneous => {
                 let wanted = homogeneous_group(spec, type_id);
-                if mine().any(|m| homogeneous_group(spec, &m.type_id) != wanted) {
+                if mine().any(|mine| homogeneous_group(spec, mine) != wanted) {
                     return 0;
                 }
                 let max = u64::from(mdev_type.max_instances.unwrap_or(0));
@@ -197,11 +203,15 @@ impl World {
                 u64::from(on_gpu.len() < max)
             }
             CapacityKind::Pool => {
+                let mut per_type: BTreeMap<&str, u64> = BTreeMap::new();
+                for mine in mine() {
+                    *per_type.entry(mine).or_default() += 1;
+                }
                 let mut used: BTreeMap<&str, u64> = BTreeMap::new();
-                for mdev in mine() {
-                    if let Some(t) = spec.types.iter().find(|t| t.id == mdev.type_id) {
+                for (type_id, count) in per_type {
+                    if let Some(t) = spec.types.iter().find(|t| t.id == type_id) {
                         for (resource, cost) in &t.cost {
-                            *used.entry(resource.as_str()).or_default() += cost;
+                            *used.entry(resource.as_str()).or_default() += cost * count;
                         }
                     }
                 }
@@ -231,12 +241,31 @@ impl World {
         if self.mdevs.contains_key(&uuid) {
             return Err(libc::EEXIST);
         }
-        let Some(spec) = self.parent_spec(parent).cloned() else {
+        // What the rest needs from the parent's spec, taken out once (not a clone of the whole
+        // spec, with every type, per create).
+        let Some(spec) = self.parent_spec(parent) else {
             return Err(libc::ENODEV);
         };
+        let exhausted = Topology::exhausted_errno(spec);
+        let capacity = spec.capacity;
+        let full_type = format!("{}-{type_id}", spec.type_prefix);
+        let mdev_driver = spec.mdev_driver.clone();
+        let instance_attributes = spec.instance_attributes.clone();
+        let constants: Vec<(String, String)> = spec
+            .instance_constants
+            .iter()
+            .chain(
+                spec.types
+                    .iter()
+                    .find(|t| t.id == type_id)
+                    .into_iter()
+                    .flat_map(|t| t.instance_constants.iter()),
+            )
+            .map(|(attribute, value)| (attribute.clone(), value.replace("{uuid}", &uuid)))
+            .collect();
         let available = self.available(parent, type_id);
-        if spec.capacity == CapacityKind::MaxInstances && available == 0 {
-            return Err(Topology::exhausted_errno(&spec));
+        if capacity == CapacityKind::MaxInstances && available == 0 {
+            return Err(exhausted);
         }
         let Some(parent_dir) = self.parents.get(parent).map(|p| p.dir.clone()) else {
             return Err(libc::ENODEV);
@@ -247,9 +276,8 @@ impl World {
             // come and go.
             self.emit(UeventAction::Add, &dir, "mdev", &[]);
             self.emit(UeventAction::Remove, &dir, "mdev", &[]);
-            return Err(Topology::exhausted_errno(&spec));
+            return Err(exhausted);
         }
-        let full_type = format!("{}-{type_id}", spec.type_prefix);
         let group = self.alloc_group();
         let vfio_index = self.alloc_vfio_index();
         self.tree.mkdir_p(&dir);
@@ -263,21 +291,13 @@ impl World {
             .add_relative_link(&join(&dir, "iommu_group"), &format!("{SYS_GROUPS}/{group}"));
         self.tree
             .add_relative_link(&join(&dir, "subsystem"), "/sys/bus/mdev");
-        for attribute in &spec.instance_attributes {
+        for attribute in &instance_attributes {
             self.tree
                 .add_file(&join(&dir, attribute), Attr::Stored(String::new()));
         }
-        let type_constants = spec
-            .types
-            .iter()
-            .find(|t| t.id == type_id)
-            .map(|t| t.instance_constants.clone())
-            .unwrap_or_default();
-        for (attribute, value) in spec.instance_constants.iter().chain(&type_constants) {
-            self.tree.add_file(
-                &join(&dir, attribute),
-                Attr::Const(value.replace("{uuid}", &uuid)),
-            );
+        for (attribute, value) in constants {
+            self.tree
+                .add_file(&join(&dir, &attribute), Attr::Const(value));
         }
         self.tree
             .add_relative_link(&join(SYS_MDEV_DEVICES, &uuid), &dir);
@@ -286,6 +306,10 @@ impl World {
             &dir,
         );
         self.emit(UeventAction::Add, &dir, "mdev", &[]);
+        self.mdevs_by_parent
+            .entry(parent.to_string())
+            .or_default()
+            .insert(uuid.clone(), type_id.to_string());
         self.mdevs.insert(
             uuid.clone(),
             Mdev {
@@ -302,20 +326,11 @@ impl World {
         // vfio_register_emulated_iommu_dev(): the group's node first, then vfio-dev.
         self.sync_group_node(group);
         self.emit(UeventAction::Add, &vfio_dev, "vfio-dev", &[]);
-        self.tree.add_relative_link(
-            &join(&dir, "driver"),
-            &join(SYS_MDEV_DRIVERS, &spec.mdev_driver),
-        );
-        self.tree.add_relative_link(
-            &format!("{SYS_MDEV_DRIVERS}/{}/{uuid}", spec.mdev_driver),
-            &dir,
-        );
-        self.emit(
-            UeventAction::Bind,
-            &dir,
-            "mdev",
-            &[("DRIVER", spec.mdev_driver.clone())],
-        );
+        self.tree
+            .add_relative_link(&join(&dir, "driver"), &join(SYS_MDEV_DRIVERS, &mdev_driver));
+        self.tree
+            .add_relative_link(&format!("{SYS_MDEV_DRIVERS}/{mdev_driver}/{uuid}"), &dir);
+        self.emit(UeventAction::Bind, &dir, "mdev", &[("DRIVER", mdev_driver)]);
         Ok(())
     }
 
@@ -399,6 +414,12 @@ impl World {
         let Some(mdev) = self.mdevs.remove(uuid) else {
             return;
         };
+        if let Some(uuids) = self.mdevs_by_parent.get_mut(&mdev.parent) {
+            uuids.remove(uuid);
+            if uuids.is_empty() {
+                self.mdevs_by_parent.remove(&mdev.parent);
+            }
+        }
         let driver = self
             .parent_spec(&mdev.parent)
             .map(|s| s.mdev_driver.clone())

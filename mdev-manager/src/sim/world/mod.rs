@@ -144,6 +144,9 @@ pub(crate) struct World {
     drivers: BTreeMap<String, PciDriverSpec>,
     parents: BTreeMap<String, Parent>,
     mdevs: BTreeMap<String, Mdev>,
+    /// The mdevs by parent: UUID → type id (capacity is computed per parent on every create
+    /// and every read of `available_instances`; this keeps it from scanning every mdev).
+    mdevs_by_parent: BTreeMap<String, BTreeMap<String, String>>,
     pci: BTreeMap<String, Pci>,
     groups: BTreeMap<u32, Group>,
     vfio_indexes: BTreeSet<u32>,
@@ -196,6 +199,7 @@ impl World {
             drivers: BTreeMap::new(),
             parents: BTreeMap::new(),
             mdevs: BTreeMap::new(),
+            mdevs_by_parent: BTreeMap::new(),
             pci: BTreeMap::new(),
             groups: BTreeMap::new(),
             vfio_indexes: BTreeSet::new(),
@@ -309,6 +313,11 @@ impl World {
     // ----- events -----
 
     fn emit(&mut self, action: UeventAction, dir: &str, subsystem: &str, extra: &[(&str, String)]) {
+        // Nobody listening (a daemon's start-up reconcile runs before it watches uevents):
+        // the event would be built only to be dropped.
+        if self.subscribers.is_empty() {
+            return;
+        }
         let devpath = devpath(dir);
         let mut properties = BTreeMap::new();
         properties.insert("ACTION".to_string(), action.as_str().to_string());
@@ -365,8 +374,13 @@ impl World {
     // ----- allocation -----
 
     fn alloc_group(&mut self) -> u32 {
+        // The lowest free id from the first visible one (the kernel's ida): one ordered pass
+        // over the ids in use from there, up to the first gap.
         let mut id = self.topology.hidden_iommu_groups;
-        while self.groups.contains_key(&id) {
+        for &taken in self.groups.range(id..).map(|(taken, _)| taken) {
+            if taken != id {
+                break;
+            }
             id += 1;
         }
         self.groups.insert(id, Group::default());
@@ -375,7 +389,10 @@ impl World {
 
     fn alloc_vfio_index(&mut self) -> u32 {
         let mut id = 0;
-        while self.vfio_indexes.contains(&id) {
+        for &taken in &self.vfio_indexes {
+            if taken != id {
+                break;
+            }
             id += 1;
         }
         self.vfio_indexes.insert(id);
@@ -410,7 +427,9 @@ impl World {
 
     /// Whether a member device is a registered VFIO device (so the group has a node).
     fn is_vfio_device(&self, dir: &str) -> bool {
-        if self.mdevs.values().any(|m| m.dir == dir) {
+        // An mdev's directory ends in its UUID, the key of `mdevs`.
+        let name = dir.rsplit('/').next().unwrap_or(dir);
+        if self.mdevs.get(name).is_some_and(|m| m.dir == dir) {
             return true;
         }
         self.pci
