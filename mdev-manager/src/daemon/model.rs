@@ -254,6 +254,14 @@ impl Model {
         profiles: &[ProfileSummary],
     ) -> Self {
         let mut model = Model::default();
+        // Each parent's instance objects, in the instances' order (one pass, not one per parent).
+        let mut instances_of: HashMap<&str, Vec<OwnedObjectPath>> = HashMap::new();
+        for info in instances {
+            instances_of
+                .entry(info.parent.as_str())
+                .or_default()
+                .push(path::mdev_instance_path(&info.uuid));
+        }
         let mut names: BTreeSet<String> = BTreeSet::new();
         names.extend(inventory.mdev_parents.iter().map(|p| p.name.clone()));
         names.extend(
@@ -302,11 +310,7 @@ impl Model {
                     },
                 );
             }
-            let instance_paths = instances
-                .iter()
-                .filter(|i| &i.parent == name)
-                .map(|i| path::mdev_instance_path(&i.uuid))
-                .collect();
+            let instance_paths = instances_of.remove(name.as_str()).unwrap_or_default();
             model.parents.insert(
                 parent_path.clone(),
                 ParentData {

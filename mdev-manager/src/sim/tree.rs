@@ -80,12 +80,21 @@ pub(crate) fn join(dir: &str, name: &str) -> String {
 /// The relative link text that leads from directory `from_dir` to `to` (both canonical),
 /// the way sysfs writes its links (`../../../bus/pci/drivers/nvme`).
 pub(crate) fn relative_link(from_dir: &str, to: &str) -> String {
-    let from: Vec<&str> = from_dir.split('/').filter(|c| !c.is_empty()).collect();
-    let target: Vec<&str> = to.split('/').filter(|c| !c.is_empty()).collect();
-    let common = from.iter().zip(&target).take_while(|(a, b)| a == b).count();
-    let mut parts: Vec<&str> = vec![".."; from.len() - common];
-    parts.extend(&target[common..]);
-    parts.join("/")
+    let mut from = from_dir.split('/').filter(|c| !c.is_empty()).peekable();
+    let mut target = to.split('/').filter(|c| !c.is_empty()).peekable();
+    // Past the components both share.
+    while from.peek().is_some() && from.peek() == target.peek() {
+        from.next();
+        target.next();
+    }
+    let mut text = String::with_capacity(from_dir.len() + to.len());
+    for part in from.map(|_| "..").chain(target) {
+        if !text.is_empty() {
+            text.push('/');
+        }
+        text.push_str(part);
+    }
+    text
 }
 
 impl<F> Tree<F> {
