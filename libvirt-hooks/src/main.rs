@@ -30,6 +30,7 @@ use libvirt_hooks::MAX_DOMAIN_XML_BYTES;
 
 // Links gcc's static unwinder ahead of the `-lgcc_s` that std asks for: the `_Unwind_*`
 // symbols are then defined when the linker reaches `libgcc_s.so.1`, which `--as-needed` drops.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[link(name = "gcc_eh", kind = "static")]
 extern "C" {}
 

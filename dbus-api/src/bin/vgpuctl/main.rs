@@ -28,6 +28,7 @@ use cli::{Cli, Command, GenerateWhat, JobAction, ScheduleAction};
 // multi-thread scheduler, which vgpuctl never runs) from the `libm` crate, so every vgpuctl
 // run loads `libc.so.6` alone instead of also finding, mapping and relocating `libgcc_s.so.1`
 // and `libm.so.6` (~0.2 ms per run on the benchmark machine). The hook does the same.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[link(name = "gcc_eh", kind = "static")]
 extern "C" {}
 
