@@ -555,3 +555,71 @@ fn the_vm_tier_stand_in_gpu_binds_and_returns_on_the_samples_topology() {
     assert_eq!(override_of(&sim, STAND_IN_AUDIO), "(null)\n");
     assert!(!sim.exists(Path::new(&format!("/dev/vfio/{group}"))));
 }
+
+/// The VM tier's force stand-in as the `samples` topology mirrors it (a bochs-display and an
+/// AHCI controller in one group, drivers loaded by the guest's `passthrough` group): refused
+/// without force naming the AHCI function and its driver, taken whole with force, given back
+/// whole at release - what `tests/vm` checks on the real kernel (`pt_force_*`).
+#[test]
+fn the_vm_tier_force_stand_in_is_refused_then_forced_on_the_samples_topology() {
+    const DISPLAY: &str = "0000:03:00.0";
+    const SATA: &str = "0000:03:00.1";
+    let sim = SimHost::builtin("samples").unwrap();
+    assert_eq!(driver(&sim, SATA), None);
+    sim.load_module("bochs").unwrap();
+    sim.load_module("ahci").unwrap();
+    assert_eq!(driver(&sim, DISPLAY).as_deref(), Some("bochs-drm"));
+    assert_eq!(driver(&sim, SATA).as_deref(), Some("ahci"));
+    let group = group_of(&sim, DISPLAY);
+    assert_eq!(group_of(&sim, SATA), group);
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(&sim, dir.path(), Duration::from_secs(5));
+
+    let survey = engine.passthrough_group(DISPLAY).unwrap();
+    let roles: Vec<(String, MemberRole, Option<String>)> = survey
+        .members
+        .iter()
+        .map(|m| (m.address.to_string(), m.role, m.host_use.clone()))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            (DISPLAY.into(), MemberRole::Gpu, None),
+            (
+                SATA.into(),
+                MemberRole::Unexpected,
+                Some("a storage controller driven by ahci".into())
+            ),
+        ]
+    );
+
+    let err = engine.create(passthrough(DISPLAY, false)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InUse);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "IOMMU group {group} of GPU {DISPLAY}: {SATA} is in use by the host (a storage \
+             controller driven by ahci); force takes it anyway"
+        )
+    );
+    assert_eq!(driver(&sim, DISPLAY).as_deref(), Some("bochs-drm"));
+    assert_eq!(driver(&sim, SATA).as_deref(), Some("ahci"));
+    assert_eq!(override_of(&sim, DISPLAY), "(null)\n");
+    assert_eq!(override_of(&sim, SATA), "(null)\n");
+    assert!(engine.instances().unwrap().is_empty());
+
+    let info = engine.create(passthrough(DISPLAY, true)).unwrap();
+    assert!(info.active);
+    assert_eq!(driver(&sim, DISPLAY).as_deref(), Some("vfio-pci"));
+    assert_eq!(driver(&sim, SATA).as_deref(), Some("vfio-pci"));
+    assert!(sim.exists(Path::new(&format!("/dev/vfio/{group}"))));
+
+    engine
+        .destroy(&info.uuid, DestroyOptions::default())
+        .unwrap();
+    assert_eq!(driver(&sim, DISPLAY).as_deref(), Some("bochs-drm"));
+    assert_eq!(driver(&sim, SATA).as_deref(), Some("ahci"));
+    assert_eq!(override_of(&sim, DISPLAY), "(null)\n");
+    assert_eq!(override_of(&sim, SATA), "(null)\n");
+    assert!(!sim.exists(Path::new(&format!("/dev/vfio/{group}"))));
+}

@@ -651,8 +651,10 @@ libvirt_over_capacity() {
 # functions, like a GPU and its HDMI audio. Through the service: bind (vgpuctl create of a
 # passthrough profile), /dev/vfio/N and vfio-probe on both functions, release refused while a
 # VMM holds the group, release gives the drivers back; a domain's claim (PrepareDomain) refused
-# to a second domain; a group with a host-used member refused; kill -9 of the daemon mid-bind,
-# then reconcile on restart leaves the group whole (all bound or all returned).
+# to a second domain; a group with a host-used member refused; `force` on a second display whose
+# group holds an AHCI controller (refused without it, taken whole with it, given back whole);
+# kill -9 of the daemon mid-bind, then reconcile on restart leaves the group whole (all bound or
+# all returned).
 group_passthrough() {
   if [ ! -x "$bin/mdev-manager" ] || [ ! -x "$bin/vgpuctl" ]; then
     skip passthrough "mdev-manager or vgpuctl is not built"
@@ -666,12 +668,16 @@ group_passthrough() {
   check passthrough.release_gives_drivers_back pt_release
   check passthrough.second_domain_refused pt_second_domain
   check passthrough.host_used_member_refused pt_host_used
+  check passthrough.force_refused_without_force pt_force_refused
+  check passthrough.force_takes_the_group pt_force_bind
+  check passthrough.force_release_gives_drivers_back pt_force_release
   check passthrough.crash_mid_bind_then_reconcile pt_crash_mid_bind
   pt_cleanup
   product_stop
 }
 
 PT_PROFILE=vmtier-gpu
+PT_FORCE_PROFILE=vmtier-gpu-ahci
 PT_DOMAIN_A=aaaaaaaa-1111-4222-8333-444444444444
 PT_DOMAIN_B=bbbbbbbb-1111-4222-8333-444444444444
 
@@ -716,14 +722,18 @@ pt_setup() {
   local dev gpu="" audio
   modprobe vfio-pci && modprobe bochs && modprobe snd-hda-intel || { echo "cannot load vfio-pci, bochs, snd-hda-intel"; return 1; }
   modprobe kvm_amd
+  # Two bochs-displays (1234:1111): the stand-in GPU has the HDA function (class 0403) as
+  # function 1, the force checks' one an AHCI controller (class 0106).
   for dev in /sys/bus/pci/devices/*; do
     if [ "$(cat "$dev/vendor")" = 0x1234 ] && [ "$(cat "$dev/device")" = 0x1111 ]; then
-      gpu="$(basename "$dev")"
+      case "$(cat "${dev%.0}.1/class" 2>/dev/null)" in
+        0x040300) gpu="$(basename "$dev")" ;;
+        0x010601) remember pt_force_gpu "$(basename "$dev")" ;;
+      esac
     fi
   done
-  [ -n "$gpu" ] || { echo "no bochs-display (1234:1111) PCI function"; return 1; }
+  [ -n "$gpu" ] || { echo "no bochs-display (1234:1111) PCI function with an HDA function 1"; return 1; }
   audio="${gpu%.0}.1"
-  [ "$(cat "/sys/bus/pci/devices/$audio/class" 2>/dev/null)" = 0x040300 ] || { echo "no HDA function $audio"; return 1; }
   local group
   group="$(pci_group_of "$gpu")"
   expect_equal "IOMMU group of $audio" "$group" "$(pci_group_of "$audio")" >/dev/null || return 1
@@ -751,6 +761,19 @@ isolation = "passthrough"
 vendor_id = "1234"
 device_id = "1111"
 TOML
+  if [ -n "$(recall pt_force_gpu)" ]; then
+    cat >>/etc/mdev-manager/profiles.d/vmtier-passthrough.toml <<TOML
+
+[[profile]]
+name = "$PT_FORCE_PROFILE"
+description = "the VM tier's display whose IOMMU group holds an AHCI controller"
+isolation = "passthrough"
+[profile.device]
+vendor_id = "1234"
+device_id = "1111"
+pci_address = "$(recall pt_force_gpu)"
+TOML
+  fi
   if [ ! -S /run/dbus/system_bus_socket ]; then
     product_start_bus >/dev/null || { echo "cannot start the system bus"; return 1; }
   fi
@@ -855,6 +878,92 @@ pt_host_used() {
   [ -z "$(vgpuctl --json list | python3 -c 'import json,sys; print(" ".join(i["uuid"] for i in json.load(sys.stdin) if i.get("kind") == "passthrough"))')" ] ||
     { echo "a pass-through instance was left behind"; return 1; }
   echo "refused: $(tr '\n' ' ' <<<"$output" | cut -c1-200); drivers unchanged"
+}
+
+# The force checks' group: a bochs-display (00.0) and an AHCI controller (00.1, no disks) in one
+# slot behind the third root port, one IOMMU group. With ahci driving the AHCI function the
+# group has a member the host uses: refused without force, taken whole with it, given back
+# whole at release. (The chipset's own AHCI at 00:1f.2 cannot stand in: its group holds the LPC
+# bridge that carries the serial console.)
+
+# "address=driver:override" per member of the force checks' group, one a line.
+pt_force_state() {
+  local d
+  for d in "/sys/kernel/iommu_groups/$(recall pt_force_group)/devices/"*; do
+    echo "$(basename "$d")=$(pci_driver_of "$(basename "$d")"):$(cat "$d/driver_override")"
+  done
+}
+
+pt_passthrough_uuids() {
+  vgpuctl --json list | python3 -c 'import json,sys; print(" ".join(i["uuid"] for i in json.load(sys.stdin) if i.get("kind") == "passthrough"))'
+}
+
+pt_force_refused() {
+  local gpu sata group before after output status=0
+  gpu="$(recall pt_force_gpu)"
+  [ -n "$gpu" ] || { echo "no bochs-display with an AHCI function 1 (tests/vm/run's third root port)"; return 1; }
+  sata="${gpu%.0}.1"
+  group="$(pci_group_of "$gpu")"
+  expect_equal "IOMMU group of $sata" "$group" "$(pci_group_of "$sata")" >/dev/null || return 1
+  [ "$(ls "/sys/kernel/iommu_groups/$group/devices" | tr '\n' ' ')" = "$gpu $sata " ] ||
+    { echo "group $group is not exactly $gpu and $sata: $(ls "/sys/kernel/iommu_groups/$group/devices" | tr '\n' ' ')"; return 1; }
+  remember pt_force_sata "$sata"
+  remember pt_force_group "$group"
+  modprobe ahci || return 1
+  wait_until 20 eval '[ "$(pci_driver_of '"$gpu"')" = bochs-drm ] && [ "$(pci_driver_of '"$sata"')" = ahci ]' ||
+    { echo "expected $gpu on bochs-drm and $sata on ahci: $(pt_force_state | tr '\n' ' ')"; return 1; }
+  before="$(pt_force_state)"
+  output="$(vgpuctl create "$PT_FORCE_PROFILE" 2>&1)" || status=$?
+  after="$(pt_force_state)"
+  if [ "$status" = 0 ]; then
+    vgpuctl destroy --force "$output" >/dev/null 2>&1
+    echo "vgpuctl create $PT_FORCE_PROFILE without --force succeeded: $output"
+    return 1
+  fi
+  [ "$status" = 6 ] || { echo "expected exit 6 (in use), got $status: $output"; return 1; }
+  grep -q "$sata is in use by the host (a storage controller driven by ahci); force takes it anyway" <<<"$output" ||
+    { echo "the refusal does not name $sata, ahci and force: $output"; return 1; }
+  [ "$before" = "$after" ] || { echo "the group changed: before $(tr '\n' ' ' <<<"$before"), after $(tr '\n' ' ' <<<"$after")"; return 1; }
+  [ -z "$(pt_passthrough_uuids)" ] || { echo "a pass-through instance was left behind: $(pt_passthrough_uuids)"; return 1; }
+  [ ! -e "/dev/vfio/$group" ] || { echo "/dev/vfio/$group appeared"; return 1; }
+  local d ids=""
+  for d in "$gpu" "$sata"; do
+    d="/sys/bus/pci/devices/$d"
+    ids+=" $(cat "$d/vendor" "$d/device" "$d/subsystem_vendor" "$d/subsystem_device" "$d/class" | tr '\n' ':' | sed 's/:$//')"
+  done
+  echo "group $group, exit 6: $(tr '\n' ' ' <<<"$output" | cut -c1-220); unchanged: $(tr '\n' ' ' <<<"$after")(vendor:device:subsystem:class$ids)"
+}
+
+pt_force_bind() {
+  local gpu sata group uuid output shown
+  gpu="$(recall pt_force_gpu)" sata="$(recall pt_force_sata)" group="$(recall pt_force_group)"
+  [ -n "$sata" ] || { echo "the refusal check did not find the group"; return 1; }
+  uuid="$(vgpuctl create "$PT_FORCE_PROFILE" --force 2>&1)" || { echo "vgpuctl create $PT_FORCE_PROFILE --force: $uuid"; return 1; }
+  remember pt_force_uuid "$uuid"
+  [ "$(pci_driver_of "$gpu")" = vfio-pci ] && [ "$(pci_driver_of "$sata")" = vfio-pci ] ||
+    { echo "not both on vfio-pci: $(pt_force_state | tr '\n' ' ')"; return 1; }
+  [ -c "/dev/vfio/$group" ] || { echo "no /dev/vfio/$group"; return 1; }
+  output="$(vgpuctl --json show "$uuid")" || { echo "vgpuctl show $uuid: $output"; return 1; }
+  shown="$(python3 -c 'import json,sys; i=json.load(sys.stdin); print(i["kind"], i["pci_address"], i["iommu_group"], ",".join(i["group_members"]))' <<<"$output")" ||
+    { echo "vgpuctl show $uuid: $output"; return 1; }
+  expect_equal "kind, device, group and members of $uuid" "passthrough $gpu $group $gpu,$sata" "$shown" >/dev/null || return 1
+  echo "vgpuctl create $PT_FORCE_PROFILE --force: $uuid; $(pt_force_state | tr '\n' ' ')/dev/vfio/$group"
+}
+
+pt_force_release() {
+  local gpu sata group uuid output
+  gpu="$(recall pt_force_gpu)" sata="$(recall pt_force_sata)" group="$(recall pt_force_group)" uuid="$(recall pt_force_uuid)"
+  [ -n "$uuid" ] || { echo "nothing bound"; return 1; }
+  output="$(vgpuctl destroy "$uuid" 2>&1)" || { echo "vgpuctl destroy $uuid: $output"; return 1; }
+  remember pt_force_uuid ""
+  wait_until 20 eval '[ "$(pci_driver_of '"$gpu"')" = bochs-drm ] && [ "$(pci_driver_of '"$sata"')" = ahci ]' ||
+    { echo "drivers are not back: $(pt_force_state | tr '\n' ' ')"; return 1; }
+  expect_equal "the group after release" "$gpu=bochs-drm:(null) $sata=ahci:(null)" "$(pt_force_state | tr '\n' ' ' | sed 's/ $//')" >/dev/null || return 1
+  [ ! -e "/dev/vfio/$group" ] || { echo "/dev/vfio/$group still present"; return 1; }
+  wait_until 20 eval 'ls -d /sys/bus/pci/devices/'"$sata"'/ata* >/dev/null 2>&1' ||
+    { echo "ahci is bound to $sata but it has no ATA ports"; return 1; }
+  [ -z "$(pt_passthrough_uuids)" ] || { echo "a pass-through instance is still listed: $(pt_passthrough_uuids)"; return 1; }
+  echo "$gpu on bochs-drm, $sata on ahci ($(ls -d "/sys/bus/pci/devices/$sata/ata"* | wc -l) ATA ports), no overrides, /dev/vfio/$group gone"
 }
 
 # kill -9 of the daemon in the middle of binding the group. The engine binds the card's
