@@ -327,6 +327,11 @@ impl Engine {
                     Ok(_) => ReconcileAction::Recreated {
                         uuid: record.uuid.clone(),
                     },
+                    // Started meanwhile by a concurrent call (a `Start` during a reconcile the
+                    // API asked for): what a check made now would have found, as before.
+                    Err(_) if self.is_active(record) => ReconcileAction::Recreated {
+                        uuid: record.uuid.clone(),
+                    },
                     Err(error) => {
                         if matches!(error, EngineError::ParentNotReady { .. }) {
                             not_ready = Some(error.to_string());
@@ -416,6 +421,26 @@ mod tests {
                 type_id: type_id.into(),
             })
         }
+    }
+
+    /// A record the pass found inactive but that a concurrent call started before the pass
+    /// got to it is reported recreated (as a check made then would have found it), not as
+    /// a failed create of a device that exists.
+    #[test]
+    fn a_record_started_meanwhile_counts_as_recreated() {
+        let sim = SimHost::builtin("samples").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let engine = open(&sim, dir.path());
+        let uuid = engine.create(autostart("mtty", "mtty-1")).unwrap().uuid;
+        let record = lock(&engine.state).instances.get(&uuid).cloned().unwrap();
+        // As if the pass had found it inactive: the device exists when the start runs.
+        let done = engine.start_by_parent(std::slice::from_ref(&record), &[("mtty", vec![0])]);
+        assert_eq!(done.len(), 1);
+        assert!(
+            matches!(&done[0].1, ReconcileAction::Recreated { uuid: done } if *done == uuid),
+            "{done:?}"
+        );
+        assert_eq!(sim.mdev_uuids(), [uuid]);
     }
 
     /// The published view takes each mdev record's active state and IOMMU group from the
