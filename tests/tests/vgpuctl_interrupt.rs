@@ -9,10 +9,8 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use dbus_api::names::{interface, BUS_NAME, ROOT_PATH};
@@ -21,11 +19,10 @@ use e2e_tests::bus::{
     repo_root, service_signals, start_service, start_service_on, vgpuctl, vgpuctl_json, wait_for,
     workspace_binary, TestBus,
 };
+use e2e_tests::in_process::InProcessService;
 use futures_util::StreamExt;
-use mdev_manager::daemon::auth::Polkit;
-use mdev_manager::daemon::Service;
-use mdev_manager::engine::{DiskFiles, Engine, EngineConfig};
-use mdev_manager::sim::{Fault, SimHost};
+use mdev_manager::engine::EngineConfig;
+use mdev_manager::sim::Fault;
 use zbus::{Connection, MessageStream, OwnedObjectPath};
 
 /// The NVIDIA A2 of the `ampere` topology: its VFs register as mdev parents once SR-IOV is
@@ -381,70 +378,6 @@ async fn destroy_no_wait_prints_the_jobs_and_the_instances_go() {
     assert!(instances(&bus).is_empty());
 }
 
-/// The service in this process on the default simulated host, so a test can hold a write.
-struct InProcess {
-    bus: TestBus,
-    sim: SimHost,
-    client: Connection,
-    _service: Connection,
-    stop: Arc<AtomicBool>,
-    _state: tempfile::TempDir,
-}
-
-impl Drop for InProcess {
-    fn drop(&mut self) {
-        self.sim.clear_faults();
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
-
-async fn in_process(topology: &Path) -> InProcess {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let text = std::fs::read_to_string(topology).expect("topology");
-    let sim = SimHost::from_topology_str(&text).expect("topology parses");
-    let state = tempfile::tempdir().expect("state dir");
-    let config = EngineConfig {
-        poll_interval: Duration::from_millis(20),
-        // The test holds the sriov_numvfs write for as long as it needs.
-        write_timeout: Duration::from_secs(3600),
-        ..EngineConfig::default()
-    };
-    let engine = Arc::new(
-        Engine::new(
-            Arc::new(sim.clone()),
-            Arc::new(DiskFiles::new(state.path())),
-            config,
-        )
-        .expect("engine"),
-    );
-    let address = bus.address();
-    let polkit_connection = zbus::connection::Builder::address(address.as_str())
-        .build()
-        .await
-        .expect("polkit connection");
-    let service = Service::new(
-        engine.clone(),
-        Arc::new(Polkit::new(polkit_connection)),
-        vec!["simulated".into()],
-    );
-    let connection = service
-        .serve(zbus::connection::Builder::address(address.as_str()), false)
-        .await
-        .expect("serve");
-    let stop = Arc::new(AtomicBool::new(false));
-    mdev_manager::daemon::host_events(&engine, Some(&sim), false, &stop);
-    Service::request_name(&connection).await.expect("bus name");
-    let client = bus.connect().await;
-    InProcess {
-        bus,
-        sim,
-        client,
-        _service: connection,
-        stop,
-        _state: state,
-    }
-}
-
 /// vgpuctl's stderr, line by line, as it prints them.
 fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
     let stderr = child.stderr.take().expect("stderr piped");
@@ -472,7 +405,17 @@ fn line_containing(lines: &mpsc::Receiver<String>, seen: &mut Vec<String>, text:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ctrl_c_on_a_job_that_cannot_be_cancelled_says_so_and_a_second_stops_waiting() {
-    let host = in_process(&repo_root().join("mdev-manager/topologies/default.toml")).await;
+    let config = EngineConfig {
+        poll_interval: Duration::from_millis(20),
+        // The test holds the sriov_numvfs write for as long as it needs.
+        write_timeout: Duration::from_secs(3600),
+        ..EngineConfig::default()
+    };
+    let host = InProcessService::start(
+        &repo_root().join("mdev-manager/topologies/default.toml"),
+        config,
+    )
+    .await;
     let mut signals = service_signals(&host.client).await;
     // The VF change's one kernel write blocks until the test lets it go.
     let fault = host
