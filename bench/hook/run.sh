@@ -5,8 +5,9 @@
 #
 # Usage: bench/hook/run.sh [RUNS]     (HOOK=/path/to/mdev-manager-hook skips the build)
 #        STATIC=1 bench/hook/run.sh   also builds and measures a statically linked hook
-#        (`-C target-feature=+crt-static`, built with --target so build scripts stay dynamic):
-#        most of a dynamic Rust binary's start-up over /bin/true is the dynamic loader.
+#        (`-C target-feature=+crt-static`, built with --target so build scripts stay dynamic),
+#        for comparison only: the shipped hook stays dynamic and loads libc.so.6 alone
+#        (docs/benchmarks.md, "Process start of the hook and vgpuctl", says why).
 #        (STATIC_HOOK=/path/to/static/hook skips that build.)
 #
 # interleave.py alternates the commands round by round (so load on a shared machine hits them
