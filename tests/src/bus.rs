@@ -531,7 +531,14 @@ impl TestUser {
         if let Some(group) = group {
             useradd.args(["-G", group]);
         }
-        run(useradd.arg(name))?;
+        if let Err(error) = run(useradd.arg(name)) {
+            // Not left behind for the next run (a group named like the user, say, makes
+            // useradd refuse to make the user's own group).
+            if let Some(group) = group {
+                let _ = Command::new("groupdel").arg(group).output();
+            }
+            return Err(error);
+        }
         Ok(Self {
             name: name.to_string(),
             group: group.map(str::to_string),
