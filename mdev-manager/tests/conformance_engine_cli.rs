@@ -25,10 +25,17 @@ fn engine_scenarios_run_through_the_binary_and_report_json() {
 
 #[test]
 fn engine_mode_needs_a_host() {
-    let output = Command::new(env!("CARGO_BIN_EXE_mdev-conformance"))
+    let child = Command::new(env!("CARGO_BIN_EXE_mdev-conformance"))
         .arg("--engine")
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let pid = child.id();
+    let output = child.wait_with_output().unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--root"));
+    // Refused before anything is made: no scratch directory is left behind.
+    let scratch = std::env::temp_dir().join(format!("mdev-conformance-engine-{pid}"));
+    assert!(!scratch.exists(), "{} left behind", scratch.display());
 }

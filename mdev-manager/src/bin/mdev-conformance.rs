@@ -54,7 +54,22 @@ struct EngineReport {
     scenarios: Vec<ScenarioResult>,
 }
 
+/// The host the engine scenarios run on.
+enum ScenarioHost<'a> {
+    Real(&'a PathBuf),
+    Simulated(&'a str, SimHost),
+}
+
 fn run_engine_scenarios(args: &Args) -> anyhow::Result<()> {
+    // The host first: a bad --root/--simulate must not leave a scratch directory behind.
+    let host = match (&args.root, &args.simulate) {
+        (Some(root), None) => ScenarioHost::Real(root),
+        (None, Some(name)) => ScenarioHost::Simulated(
+            name,
+            SimHost::builtin(name).with_context(|| format!("simulated topology {name:?}"))?,
+        ),
+        _ => bail!("give exactly one of --root DIR and --simulate TOPOLOGY with --engine"),
+    };
     let (own_scratch, scratch) = match &args.scratch {
         Some(dir) => (false, dir.clone()),
         None => (
@@ -66,8 +81,8 @@ fn run_engine_scenarios(args: &Args) -> anyhow::Result<()> {
         .with_context(|| format!("creating scratch directory {}", scratch.display()))?;
     let files = Arc::new(DiskFiles::new(&scratch));
     let state_dir = std::path::Path::new("/var/lib/mdev-manager");
-    let (label, results) = match (&args.root, &args.simulate) {
-        (Some(root), None) => {
+    let (label, results) = match host {
+        ScenarioHost::Real(root) => {
             let host: Arc<dyn HostFs> = Arc::new(RealFs::new(root));
             let holder = VfioDeviceHolder::new(root);
             (
@@ -75,16 +90,13 @@ fn run_engine_scenarios(args: &Args) -> anyhow::Result<()> {
                 scenarios::run(host, files, state_dir, &holder),
             )
         }
-        (None, Some(name)) => {
-            let sim =
-                SimHost::builtin(name).with_context(|| format!("simulated topology {name:?}"))?;
+        ScenarioHost::Simulated(name, sim) => {
             let holder = SimDeviceHolder(sim.clone());
             (
                 format!("sim:{name}"),
                 scenarios::run(Arc::new(sim), files, state_dir, &holder),
             )
         }
-        _ => bail!("give exactly one of --root DIR and --simulate TOPOLOGY with --engine"),
     };
     if own_scratch {
         // Only the engine's own state files live there; failing to tidy is not a verdict.
