@@ -502,6 +502,17 @@ fn a_forced_autostart_passthrough_is_taken_again_after_a_reboot_with_its_host_ni
     assert!(!state.contains("\"force\""), "{state}");
 }
 
+/// Each member of `gpu`'s IOMMU group with its role and host use, as the survey reports them.
+fn member_roles(engine: &Engine, gpu: &str) -> Vec<(String, MemberRole, Option<String>)> {
+    engine
+        .passthrough_group(gpu)
+        .unwrap()
+        .members
+        .iter()
+        .map(|m| (m.address.to_string(), m.role, m.host_use.clone()))
+        .collect()
+}
+
 /// The VM tier's stand-in GPU as the `samples` topology mirrors it (bochs-display + HDA, one
 /// group, drivers loaded by the guest's `passthrough` group): the same bind and release the
 /// real kernel runs in `tests/vm` (`group_passthrough`).
@@ -522,14 +533,8 @@ fn the_vm_tier_stand_in_gpu_binds_and_returns_on_the_samples_topology() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(&sim, dir.path(), Duration::from_secs(5));
 
-    let survey = engine.passthrough_group(STAND_IN).unwrap();
-    let roles: Vec<(String, MemberRole, Option<String>)> = survey
-        .members
-        .iter()
-        .map(|m| (m.address.to_string(), m.role, m.host_use.clone()))
-        .collect();
     assert_eq!(
-        roles,
+        member_roles(&engine, STAND_IN),
         [
             (STAND_IN.into(), MemberRole::Gpu, None),
             (STAND_IN_AUDIO.into(), MemberRole::Function, None),
@@ -575,14 +580,8 @@ fn the_vm_tier_force_stand_in_is_refused_then_forced_on_the_samples_topology() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(&sim, dir.path(), Duration::from_secs(5));
 
-    let survey = engine.passthrough_group(DISPLAY).unwrap();
-    let roles: Vec<(String, MemberRole, Option<String>)> = survey
-        .members
-        .iter()
-        .map(|m| (m.address.to_string(), m.role, m.host_use.clone()))
-        .collect();
     assert_eq!(
-        roles,
+        member_roles(&engine, DISPLAY),
         [
             (DISPLAY.into(), MemberRole::Gpu, None),
             (

@@ -25,6 +25,19 @@ use crate::suites::{Env, Rounds};
 
 const SUITES: [&str; 4] = ["hook", "inventory", "lifecycle", "footprint"];
 
+/// `--bin-dir`, else the harness's own directory: it is built into the same target directory
+/// as the binaries it measures.
+fn bin_dir_or_own(bin_dir: Option<PathBuf>) -> Result<PathBuf> {
+    match bin_dir {
+        Some(dir) => Ok(dir),
+        None => std::env::current_exe()
+            .context("cannot find the harness's own path")?
+            .parent()
+            .map(Path::to_path_buf)
+            .context("the harness has no directory"),
+    }
+}
+
 fn main() -> Result<()> {
     let mut quick = false;
     let mut only: Vec<String> = SUITES.iter().map(|s| s.to_string()).collect();
@@ -85,15 +98,7 @@ fn main() -> Result<()> {
             other => bail!("unknown argument {other}"),
         }
     }
-    // The harness is built into the same target directory as the binaries it measures.
-    let bin_dir = match bin_dir {
-        Some(dir) => dir,
-        None => std::env::current_exe()
-            .context("cannot find the harness's own path")?
-            .parent()
-            .map(Path::to_path_buf)
-            .context("the harness has no directory")?,
-    };
+    let bin_dir = bin_dir_or_own(bin_dir)?;
     // The fixtures are read from the checkout; in the VM guest the host's / is the guest's /.
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let env = Env {
@@ -211,14 +216,7 @@ fn cold_start(args: Vec<String>) -> Result<()> {
     if !baseline.exists() {
         bail!("baseline {} does not exist", baseline.display());
     }
-    let bin_dir = match bin_dir {
-        Some(dir) => dir,
-        None => std::env::current_exe()
-            .context("cannot find the harness's own path")?
-            .parent()
-            .map(Path::to_path_buf)
-            .context("the harness has no directory")?,
-    };
+    let bin_dir = bin_dir_or_own(bin_dir)?;
     let env = Env {
         repo: Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
         daemon: bin_dir.join("mdev-manager"),
