@@ -1,0 +1,15 @@
+/* Entry point: the Service model and the React root. `window.mdevManager` is for tests and the benchmark. */
+
+import React from "react";
+import { createRoot } from "react-dom/client";
+import "@patternfly/react-core/dist/styles/base.css";
+import "./page.css";
+import { Service } from "./service.js";
+import { App } from "./app.jsx";
+
+window.mdevManager = { started: performance.now() };
+document.addEventListener("DOMContentLoaded", () => {
+    const service = new Service();
+    window.mdevManager.service = service;
+    createRoot(document.getElementById("app")).render(<App service={service} />);
+});

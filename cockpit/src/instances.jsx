@@ -1,0 +1,144 @@
+/*
+ * Instances: a sortable, filterable table of every instance, with destroy (confirmed; the
+ * force path offered only when the service refuses and says why), start/stop/autostart for
+ * persistent instances, and the libvirt <hostdev> XML to copy.
+ */
+
+import React, { useState } from "react";
+import { Alert, Button, ClipboardCopy, ClipboardCopyVariant, Modal, ModalBody, ModalFooter, ModalHeader, SearchInput, Title, Toolbar, ToolbarContent, ToolbarItem } from "@patternfly/react-core";
+import { Table, Tbody, Td, Th, Thead, Tr } from "@patternfly/react-table";
+import { ACTION, IFACE, errorKind, options } from "./service.js";
+import { hostdevXml } from "./hostdev.js";
+import { percent } from "./format.js";
+import { GuardedButton } from "./permission.jsx";
+
+const COLUMNS = [
+    ["UUID", i => i.Uuid],
+    ["Kind", i => i.Kind],
+    ["Parent", i => i.ParentName],
+    ["Type", i => i.Type],
+    ["Profile", i => i.Profile],
+    ["State", i => (i.Active ? "active" : "inactive")],
+    ["Persistent", i => (i.Persistent ? (i.Autostart ? "autostart" : "persistent") : "transient")],
+    ["Owner", i => i.Owner || "not ours"],
+    ["Holder", i => i.Holder],
+    ["Weight", i => i.Weight || 0],
+    ["Share", i => i.EffectiveShare || 0],
+];
+
+function DestroyDialog({ service, path, instance, onClose }) {
+    const [refusal, setRefusal] = useState(null);
+    const [busy, setBusy] = useState(false);
+    const destroy = force => {
+        setBusy(true);
+        service.call(path, IFACE.instance, "Destroy", [options({ force: force || undefined })], "a{sv}")
+                .then(onClose)
+                .catch(error => { setBusy(false); setRefusal(error) });
+    };
+    // The service demands force for a claimed instance or one it did not create.
+    const forceable = refusal && ["InUse", "NotSupported"].includes(errorKind(refusal));
+    return (
+        <Modal isOpen variant="small" onClose={onClose} aria-labelledby="destroy-title">
+            <ModalHeader title={`Destroy ${instance.Uuid}?`} labelId="destroy-title" />
+            <ModalBody>
+                {`The ${instance.Kind} on ${instance.ParentName} (${instance.Profile || instance.Type}) is removed and forgotten.`}
+                {refusal && <Alert isInline variant="danger" title={errorKind(refusal) || "Error"} className="destroy-error">{refusal.message}</Alert>}
+                {forceable && <p>{`Force destroys it anyway: ${refusal.message}`}</p>}
+            </ModalBody>
+            <ModalFooter>
+                {forceable
+                    ? <Button variant="danger" id="destroy-force" isDisabled={busy} onClick={() => destroy(true)}>Force destroy</Button>
+                    : <Button variant="danger" id="destroy-confirm" isDisabled={busy || !!refusal} onClick={() => destroy(false)}>Destroy</Button>}
+                <Button variant="link" onClick={onClose}>Cancel</Button>
+            </ModalFooter>
+        </Modal>
+    );
+}
+
+function XmlDialog({ instance, onClose }) {
+    return (
+        <Modal isOpen variant="medium" onClose={onClose} aria-labelledby="xml-title">
+            <ModalHeader title={`libvirt <hostdev> for ${instance.Uuid}`} labelId="xml-title" />
+            <ModalBody>
+                <ClipboardCopy isReadOnly isCode isExpanded variant={ClipboardCopyVariant.expansion} id="hostdev-xml">
+                    {hostdevXml(instance)}
+                </ClipboardCopy>
+            </ModalBody>
+        </Modal>
+    );
+}
+
+export function Instances({ service }) {
+    const [filter, setFilter] = useState("");
+    const [sortIndex, setSortIndex] = useState(2);
+    const [sortDirection, setSortDirection] = useState("asc");
+    const [dialog, setDialog] = useState(null);
+    const [error, setError] = useState(null);
+
+    const manage = service.denial(ACTION.manageInstances);
+    const persistent = service.denial(ACTION.managePersistent);
+    const needle = filter.trim().toLowerCase();
+    let rows = service.all(IFACE.instance);
+    if (needle)
+        rows = rows.filter(([, i]) => COLUMNS.some(([, value]) => String(value(i)).toLowerCase().includes(needle)));
+    const key = COLUMNS[sortIndex][1];
+    rows.sort((a, b) => {
+        const x = key(a[1]); const y = key(b[1]);
+        const order = typeof x === "number" ? x - y : String(x).localeCompare(String(y));
+        return (sortDirection === "asc" ? order : -order) || a[1].Uuid.localeCompare(b[1].Uuid);
+    });
+    const act = (path, method, args, signature) =>
+        service.call(path, IFACE.instance, method, args, signature).then(() => setError(null), setError);
+
+    return (
+        <section id="instances">
+            <Title headingLevel="h2">Instances</Title>
+            <Toolbar>
+                <ToolbarContent>
+                    <ToolbarItem>
+                        <SearchInput id="instance-filter" placeholder="Filter by any column" value={filter}
+                                     onChange={(_e, value) => setFilter(value)} onClear={() => setFilter("")} />
+                    </ToolbarItem>
+                    <ToolbarItem>{`${rows.length} instance${rows.length === 1 ? "" : "s"}`}</ToolbarItem>
+                </ToolbarContent>
+            </Toolbar>
+            {error && <Alert isInline variant="danger" title={errorKind(error) || "Error"}>{error.message}</Alert>}
+            <Table aria-label="Instances" variant="compact" id="instance-table">
+                <Thead>
+                    <Tr>
+                        {COLUMNS.map(([label], index) => (
+                            <Th key={label} sort={{ sortBy: { index: sortIndex, direction: sortDirection }, columnIndex: index, onSort: (_e, i, direction) => { setSortIndex(i); setSortDirection(direction) } }}>{label}</Th>
+                        ))}
+                        <Th screenReaderText="Actions" />
+                    </Tr>
+                </Thead>
+                <Tbody>
+                    {rows.map(([path, i]) => (
+                        <Tr key={path} data-uuid={i.Uuid}>
+                            {COLUMNS.map(([label, value]) => (
+                                <Td key={label} dataLabel={label}>{label === "Share" ? percent(i.EffectiveShare) : String(value(i))}</Td>
+                            ))}
+                            <Td isActionCell>
+                                <Button variant="link" size="sm" onClick={() => setDialog({ kind: "xml", path, instance: i })}>XML</Button>
+                                {i.Persistent && (i.Active
+                                    ? <GuardedButton variant="link" size="sm" denial={manage} onClick={() => act(path, "Stop", [{}], "a{sv}")}>Stop</GuardedButton>
+                                    : <GuardedButton variant="link" size="sm" denial={manage} onClick={() => act(path, "Start", [{}], "a{sv}")}>Start</GuardedButton>)}
+                                {i.Persistent &&
+                                    <GuardedButton variant="link" size="sm" denial={persistent}
+                                                   onClick={() => act(path, "SetAutostart", [!i.Autostart, {}], "ba{sv}")}>
+                                        {i.Autostart ? "No autostart" : "Autostart"}
+                                    </GuardedButton>}
+                                <GuardedButton variant="link" isDanger size="sm" className="destroy" denial={manage}
+                                               onClick={() => setDialog({ kind: "destroy", path, instance: i })}>Destroy</GuardedButton>
+                            </Td>
+                        </Tr>
+                    ))}
+                </Tbody>
+            </Table>
+            {rows.length === 0 && <p className="mdev-empty">{needle ? "No instance matches the filter." : "No instances yet: create some from a profile below."}</p>}
+            {dialog && dialog.kind === "destroy" &&
+                <DestroyDialog service={service} path={dialog.path} instance={dialog.instance} onClose={() => setDialog(null)} />}
+            {dialog && dialog.kind === "xml" && <XmlDialog instance={dialog.instance} onClose={() => setDialog(null)} />}
+        </section>
+    );
+}
