@@ -5,7 +5,7 @@
  */
 
 import React, { useEffect, useState } from "react";
-import { Alert, Button, EmptyState, EmptyStateBody, EmptyStateFooter, Page, PageSection, Spinner, Title } from "@patternfly/react-core";
+import { Alert, Button, EmptyState, EmptyStateBody, EmptyStateFooter, PageSection, Spinner, Title } from "@patternfly/react-core";
 import { ACTION } from "./service.js";
 import { Gpus } from "./gpus.jsx";
 import { Instances } from "./instances.jsx";
@@ -63,11 +63,11 @@ export function App({ service }) {
         );
     }
     return (
-        <Page>
+        <div className="mdev-page">
             <PageSection id="mdev-manager" data-state={service.state}>
                 <Title headingLevel="h1">vGPUs</Title>
                 {body}
             </PageSection>
-        </Page>
+        </div>
     );
 }

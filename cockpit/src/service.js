@@ -58,18 +58,40 @@ export class Service {
         this.listeners = new Set();
         this.loadSerial = 0;
         this.changeScheduled = false;
-        this.client = cockpit.dbus(BUS_NAME, { bus: "system", superuser: "try" });
-        this.client.addEventListener("owner", (_event, owner) => {
-            if (owner)
-                this.load();
-            else
-                this.unreachable("the service org.mdevmanager.VGpu1 is not running on the system bus");
+        // The bus itself tells when the service's name gets an owner (no polling): then the
+        // page connects afresh, so subscriptions follow the new owner.
+        this.bus = cockpit.dbus("org.freedesktop.DBus", { bus: "system" });
+        this.bus.subscribe({ interface: "org.freedesktop.DBus", member: "NameOwnerChanged", arg0: BUS_NAME },
+                           (_path, _iface, _signal, [, , owner]) => {
+                               if (owner)
+                                   this.connect();
+                               else
+                                   this.unreachable(`the service ${BUS_NAME} stopped`);
+                           });
+        this.connect();
+    }
+
+    /** A new connection to the service: subscribe, then load everything. */
+    connect() {
+        this.disconnect();
+        const client = cockpit.dbus(BUS_NAME, { bus: "system", superuser: "try" });
+        this.client = client;
+        client.addEventListener("close", (_event, options) => {
+            if (this.client !== client)
+                return;
+            this.client = null;
+            const problem = options.problem === "not-found" ? `the service ${BUS_NAME} is not running on the system bus` : cockpit.message(options);
+            this.unreachable(problem || "the D-Bus connection closed");
         });
-        this.client.addEventListener("close", (_event, options) => {
-            this.unreachable(cockpit.message(options) || "the D-Bus connection closed");
-        });
-        this.subscribe();
+        this.subscribe(client);
         this.load();
+    }
+
+    disconnect() {
+        const client = this.client;
+        this.client = null;
+        if (client)
+            client.close();
     }
 
     /** Calls `listener` (coalesced to one call per frame) after every change. */
@@ -91,6 +113,7 @@ export class Service {
     }
 
     unreachable(problem) {
+        this.disconnect();
         this.loadSerial += 1; // a load still in flight must not bring the old tree back
         this.objects = new Map();
         this.permissions = {};
@@ -99,8 +122,7 @@ export class Service {
         this.changed();
     }
 
-    subscribe() {
-        const c = this.client;
+    subscribe(c) {
         c.subscribe({ interface: "org.freedesktop.DBus.ObjectManager", path: ROOT, member: "InterfacesAdded" },
                     (_path, _iface, _signal, [path, interfaces]) => {
                         const entry = this.objects.get(path) || {};
@@ -136,6 +158,10 @@ export class Service {
     }
 
     async load() {
+        if (!this.client) {
+            this.connect();
+            return;
+        }
         const serial = ++this.loadSerial;
         try {
             const [objects] = await this.client.call(ROOT, "org.freedesktop.DBus.ObjectManager",
@@ -190,6 +216,8 @@ export class Service {
     }
 
     call(path, iface, method, args, signature) {
+        if (!this.client)
+            return Promise.reject(new Error(`not connected to ${BUS_NAME}`));
         return this.client.call(path, iface, method, args, { type: signature });
     }
 }
