@@ -21,6 +21,7 @@ export function Create({ service }) {
     const [waitForParent, setWaitForParent] = useState("");
     const [result, setResult] = useState(null);
     const [busy, setBusy] = useState(false);
+    const [attempt, setAttempt] = useState(0);
 
     const profiles = service.all(IFACE.profile).map(([, p]) => p).sort((a, b) => a.Name.localeCompare(b.Name));
     const parents = service.all(IFACE.parent).map(([, p]) => p.Name).sort();
@@ -41,17 +42,20 @@ export function Create({ service }) {
         if (asJob)
             values["wait-for-parent"] = Number(waitForParent);
         setBusy(true);
+        setResult(null);
+        const thisAttempt = attempt + 1;
+        setAttempt(thisAttempt);
         service.call(MANAGER_PATH, IFACE.manager, asJob ? "StartCreateInstances" : "CreateInstances",
                      [profile, options(values)], "sa{sv}")
-                .then(([created]) => setResult({ ok: true, text: asJob ? `Started job ${created}` : `Created ${created.length} instance${created.length === 1 ? "" : "s"} from ${profile}` }))
-                .catch(error => setResult({ ok: false, kind: errorKind(error), text: error.message }))
+                .then(([created]) => setResult({ attempt: thisAttempt, ok: true, text: asJob ? `Started job ${created}` : `Created ${created.length} instance${created.length === 1 ? "" : "s"} from ${profile}` }))
+                .catch(error => setResult({ attempt: thisAttempt, ok: false, kind: errorKind(error), text: error.message }))
                 .finally(() => setBusy(false));
     };
 
     return (
         <section id="create">
             <Title headingLevel="h2">Create</Title>
-            <Form onSubmit={submit} id="create-form">
+            <Form onSubmit={submit} id="create-form" data-attempt={attempt}>
                 <Grid hasGutter md={4}>
                     <GridItem>
                         <FormGroup label="Profile" fieldId="create-profile" isRequired>
@@ -109,8 +113,8 @@ export function Create({ service }) {
                 </ActionGroup>
             </Form>
             {result && (result.ok
-                ? <Alert isInline variant="success" title={result.text} id="create-result" />
-                : <Alert isInline variant="danger" title={result.kind || "Error"} id="create-error">{result.text}</Alert>)}
+                ? <Alert isInline variant="success" title={result.text} id="create-result" data-attempt={result.attempt} />
+                : <Alert isInline variant="danger" title={result.kind || "Error"} id="create-error" data-attempt={result.attempt}>{result.text}</Alert>)}
         </section>
     );
 }

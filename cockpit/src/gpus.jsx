@@ -19,7 +19,7 @@ function TypeCapacity({ type }) {
     const total = used + type.AvailableInstances;
     return (
         <div className="mdev-type" data-type={type.Id} data-parent={type.ParentName}>
-            <Progress value={total ? (100 * used) / total : 100}
+            <Progress value={total ? (100 * used) / total : 0}
                       title={`${type.Name || type.Id} (${type.Id})`}
                       label={`${used} used, ${type.AvailableInstances} available`}
                       measureLocation={ProgressMeasureLocation.outside}

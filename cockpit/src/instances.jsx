@@ -107,7 +107,7 @@ export function Instances({ service }) {
                 <Thead>
                     <Tr>
                         {COLUMNS.map(([label], index) => (
-                            <Th key={label} sort={{ sortBy: { index: sortIndex, direction: sortDirection }, columnIndex: index, onSort: (_e, i, direction) => { setSortIndex(i); setSortDirection(direction) } }}>{label}</Th>
+                            <Th key={label} modifier="wrap" sort={{ sortBy: { index: sortIndex, direction: sortDirection }, columnIndex: index, onSort: (_e, i, direction) => { setSortIndex(i); setSortDirection(direction) } }}>{label}</Th>
                         ))}
                         <Th screenReaderText="Actions" />
                     </Tr>

@@ -5,7 +5,7 @@
 // Every process started here is stopped by `stack.stop()`; nothing is killed by name.
 
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -167,6 +167,11 @@ export class Stack {
         const env = {
             PATH: "/usr/sbin:/usr/bin:/sbin:/bin", HOME: home, XDG_DATA_HOME: this.dataHome,
             XDG_RUNTIME_DIR: home, DBUS_SYSTEM_BUS_ADDRESS: this.address, LANG: "C.UTF-8",
+            // Without a session bus address cockpit-bridge launches a session dbus-daemon that
+            // outlives it; the page needs none, so point it at a socket that does not exist.
+            DBUS_SESSION_BUS_ADDRESS: `unix:path=${join(this.dir, "no-session-bus")}`,
+            // Likewise an ssh-agent, which it starts when none is set.
+            SSH_AUTH_SOCK: join(this.dir, "no-ssh-agent"),
         };
         const args = [COCKPIT_WS, "--no-tls", "--local-session=/usr/bin/cockpit-bridge", "--port", String(port), "--address", "127.0.0.1"];
         let child;
@@ -203,6 +208,27 @@ export class Stack {
         });
     }
 
+    /**
+     * Helpers a cockpit-bridge may have left running (they detach from it): found by our run
+     * directory in their environment, so nothing outside this stack is touched.
+     */
+    stopStrays() {
+        const marker = `XDG_DATA_HOME=${this.dataHome}`;
+        for (const entry of readdirSync("/proc")) {
+            if (!/^\d+$/.test(entry) || Number(entry) === process.pid)
+                continue;
+            let environment;
+            try {
+                environment = readFileSync(`/proc/${entry}/environ`, "utf8");
+            } catch {
+                continue; // gone already, or not ours to read
+            }
+            if (environment.split("\0").includes(marker)) {
+                try { process.kill(Number(entry), "SIGTERM") } catch { /* exited meanwhile */ }
+            }
+        }
+    }
+
     async stop() {
         for (const { child } of this.processes.reverse()) {
             if (!child.exited)
@@ -213,6 +239,7 @@ export class Stack {
                 if (!child.exited)
                     child.kill("SIGKILL");
         });
+        this.stopStrays();
         for (const cleanup of this.cleanups.reverse())
             cleanup();
         rmSync(this.dir, { recursive: true, force: true });

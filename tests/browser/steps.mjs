@@ -40,13 +40,11 @@ async function fillCreate(page, { profile, count = 1, parent = "", wait = "" }) 
     await setField(page, "#create-wait", wait);
 }
 
+/** Submits the create form and waits for the answer to this submission (data-attempt). */
 async function submitCreate(page) {
-    await page.evaluate(() => {
-        for (const id of ["create-result", "create-error"])
-            document.getElementById(id)?.remove();
-    });
+    const attempt = await page.$eval("#create-form", f => Number(f.dataset.attempt));
     await page.click("#create-submit");
-    await page.waitForSelector("#create-result, #create-error", { timeout: 30000 });
+    await page.waitForSelector(`#create-result[data-attempt="${attempt + 1}"], #create-error[data-attempt="${attempt + 1}"]`, { timeout: 30000 });
 }
 
 export const tests = [
@@ -68,10 +66,11 @@ export const tests = [
     ["creating two instances from a profile shows both without a reload", async ctx => {
         const { page, stack } = ctx;
         const before = new Set(await rowUuids(page));
-        await fillCreate(page, { profile: "nvidia-t4-2q", count: 2 });
+        // AMD MxGPU VFs: its scheduler (GIM time slices) takes weights, the next step needs that.
+        await fillCreate(page, { profile: "amd-mxgpu-vf", count: 2 });
         await submitCreate(page);
         const text = await page.$eval("#create-result, #create-error", e => e.textContent);
-        assert.match(text, /Created 2 instances from nvidia-t4-2q/);
+        assert.match(text, /Created 2 instances from amd-mxgpu-vf/);
         const created = json(stack, ["list"]).map(i => i.uuid).filter(u => !before.has(u));
         assert.equal(created.length, 2, "the service has two new instances");
         await page.waitForFunction((uuids, rows) => uuids.every(u => document.querySelector(`${rows}[data-uuid="${u}"]`)),
@@ -102,12 +101,12 @@ export const tests = [
         const { page, stack } = ctx;
         await fillCreate(page, { profile: "nvidia-t4-2q", count: 200 });
         await submitCreate(page);
-        const [title, body] = await page.$eval("#create-error", e => [
-            e.querySelector(".pf-v6-c-alert__title")?.textContent || "", e.textContent]);
+        const [title, message] = await page.$eval("#create-error", e => [
+            e.querySelector(".pf-v6-c-alert__title")?.textContent || "",
+            e.querySelector(".pf-v6-c-alert__description")?.textContent.trim() || ""]);
         assert.match(title, /NoCapacity/);
         const cli = stack.vgpuctl(["create", "nvidia-t4-2q", "--count", "200"]);
         assert.notEqual(cli.status, 0);
-        const message = body.replace(/^.*NoCapacity/, "").trim();
         assert.ok(message.length > 10 && cli.stderr.includes(message.substring(0, 60)),
                   `page shows the service's message: page "${message}", vgpuctl "${cli.stderr.trim()}"`);
         await page.$eval("#create-error", e => e.scrollIntoView());
