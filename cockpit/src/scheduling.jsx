@@ -5,12 +5,11 @@
  * share (the service's numbers; the page computes nothing itself).
  */
 
-import React, { useState } from "react";
-import { Alert, Card, CardBody, CardTitle, FormSelect, FormSelectOption, Label, TextInput, Title } from "@patternfly/react-core";
-import { Table, Tbody, Td, Th, Thead, Tr } from "@patternfly/react-table";
+import React, { useEffect, useState } from "react";
+import { Alert, Button, Card, CardBody, CardTitle, FormSelect, FormSelectOption, TextInput, Title } from "@patternfly/react-core";
+import { Table, Tbody } from "@patternfly/react-table";
 import { ACTION, IFACE, errorKind, options } from "./service.js";
 import { parsePercent, percent } from "./format.js";
-import { GuardedButton } from "./permission.jsx";
 
 const POLICIES = ["best-effort", "equal-share", "fixed-share", "weighted"];
 const COLORS = ["#0066cc", "#3e8635", "#f0ab00", "#c9190b", "#5752d1", "#009596", "#ec7a08", "#6a6e73"];
@@ -44,10 +43,27 @@ function PlanPicture({ parent, instances }) {
     );
 }
 
-function ScheduleRow({ service, path, instance, denial, onError }) {
+/**
+ * A label in PatternFly's look. Not its Label component: that measures its text in a layout
+ * effect (a forced reflow per label), about 20 ms each on a page with hundreds of rows.
+ */
+function Tag({ color, children }) {
+    return (
+        <span className={`pf-v6-c-label pf-m-compact pf-m-${color}`}>
+            <span className="pf-v6-c-label__content"><span className="pf-v6-c-label__text">{children}</span></span>
+        </span>
+    );
+}
+
+/** One vGPU's settings; plain cells (PatternFly's Td measures itself after every render). */
+const ScheduleRow = React.memo(function ScheduleRow({ service, path, instance, denial, onError }) {
     const [weight, setWeight] = useState(String(instance.Weight || 100));
     const [min, setMin] = useState(instance.MinShare ? String(instance.MinShare / 10000) : "");
     const [max, setMax] = useState(instance.MaxShare ? String(instance.MaxShare / 10000) : "");
+    // A change published by the service (another client, vgpuctl) replaces what is shown.
+    useEffect(() => { setWeight(String(instance.Weight || 100)) }, [instance.Weight]);
+    useEffect(() => { setMin(instance.MinShare ? String(instance.MinShare / 10000) : "") }, [instance.MinShare]);
+    useEffect(() => { setMax(instance.MaxShare ? String(instance.MaxShare / 10000) : "") }, [instance.MaxShare]);
     const save = () => {
         const minPpm = parsePercent(min);
         const maxPpm = parsePercent(max);
@@ -60,18 +76,20 @@ function ScheduleRow({ service, path, instance, denial, onError }) {
                 .then(() => onError(null), onError);
     };
     return (
-        <Tr data-uuid={instance.Uuid}>
-            <Td dataLabel="UUID">{instance.Uuid}</Td>
-            <Td dataLabel="Weight"><TextInput aria-label="weight" className="sched-weight" type="number" value={weight} onChange={(_e, v) => setWeight(v)} isDisabled={!!denial} /></Td>
-            <Td dataLabel="Guarantee %"><TextInput aria-label="guarantee" className="sched-min" value={min} placeholder="none" onChange={(_e, v) => setMin(v)} isDisabled={!!denial} /></Td>
-            <Td dataLabel="Cap %"><TextInput aria-label="cap" className="sched-max" value={max} placeholder="none" onChange={(_e, v) => setMax(v)} isDisabled={!!denial} /></Td>
-            <Td dataLabel="Requested" className="sched-requested">{percent(instance.RequestedShare, "0%")}</Td>
-            <Td dataLabel="Effective" className="sched-effective">{percent(instance.EffectiveShare, "0%")}</Td>
-            <Td dataLabel="Enforced">{instance.Enforced ? <Label color="green">enforced</Label> : <Label color="orange" title={instance.SchedulingNote}>{instance.SchedulingNote || "not enforced"}</Label>}</Td>
-            <Td isActionCell><GuardedButton variant="secondary" size="sm" className="sched-save" denial={denial} onClick={save}>Apply</GuardedButton></Td>
-        </Tr>
+        <tr className="pf-v6-c-table__tr" data-uuid={instance.Uuid}>
+            <td className="pf-v6-c-table__td" data-label="UUID">{instance.Uuid}</td>
+            <td className="pf-v6-c-table__td" data-label="Weight"><TextInput aria-label="weight" className="sched-weight" type="number" value={weight} onChange={(_e, v) => setWeight(v)} isDisabled={!!denial} /></td>
+            <td className="pf-v6-c-table__td" data-label="Guarantee %"><TextInput aria-label="guarantee" className="sched-min" value={min} placeholder="none" onChange={(_e, v) => setMin(v)} isDisabled={!!denial} /></td>
+            <td className="pf-v6-c-table__td" data-label="Cap %"><TextInput aria-label="cap" className="sched-max" value={max} placeholder="none" onChange={(_e, v) => setMax(v)} isDisabled={!!denial} /></td>
+            <td className="pf-v6-c-table__td sched-requested" data-label="Requested">{percent(instance.RequestedShare, "0%")}</td>
+            <td className="pf-v6-c-table__td sched-effective" data-label="Effective">{percent(instance.EffectiveShare, "0%")}</td>
+            <td className="pf-v6-c-table__td" data-label="Enforced">{instance.Enforced ? <Tag color="green">enforced</Tag> : <Tag color="orange">{instance.SchedulingNote || "not enforced"}</Tag>}</td>
+            <td className="pf-v6-c-table__td pf-v6-c-table__action">
+                <Button variant="secondary" size="sm" className="sched-save" isAriaDisabled={!!denial} title={denial || undefined} onClick={save}>Apply</Button>
+            </td>
+        </tr>
     );
-}
+});
 
 function ParentSchedule({ service, path, parent }) {
     const [error, setError] = useState(null);
@@ -97,7 +115,12 @@ function ParentSchedule({ service, path, parent }) {
                 {instances.length > 0 && <PlanPicture parent={parent} instances={instances.map(([, i]) => i)} />}
                 {instances.length > 0 &&
                     <Table aria-label={`scheduling on ${parent.Name}`} variant="compact">
-                        <Thead><Tr><Th>UUID</Th><Th>Weight</Th><Th>Guarantee %</Th><Th>Cap %</Th><Th>Requested</Th><Th>Effective</Th><Th>Driver</Th><Th screenReaderText="Apply" /></Tr></Thead>
+                        <thead className="pf-v6-c-table__thead">
+                            <tr className="pf-v6-c-table__tr">
+                                {["UUID", "Weight", "Guarantee %", "Cap %", "Requested", "Effective", "Driver"].map(h => <th key={h} className="pf-v6-c-table__th pf-m-wrap" scope="col">{h}</th>)}
+                                <th className="pf-v6-c-table__th" aria-label="Apply" />
+                            </tr>
+                        </thead>
                         <Tbody>
                             {instances.map(([p, i]) => <ScheduleRow key={p} service={service} path={p} instance={i} denial={denial} onError={setError} />)}
                         </Tbody>
@@ -107,14 +130,22 @@ function ParentSchedule({ service, path, parent }) {
     );
 }
 
+/** One GPU at a time (a host may have hundreds of vGPUs): the first with instances unless chosen. */
 export function Scheduling({ service }) {
+    const [chosen, setChosen] = useState("");
     const parents = service.all(IFACE.parent).filter(([, p]) => (p.Instances || []).length > 0)
             .sort((a, b) => a[1].Name.localeCompare(b[1].Name));
+    const shown = parents.find(([, p]) => p.Name === chosen) || parents[0];
     return (
         <section id="scheduling">
             <Title headingLevel="h2">Scheduling</Title>
             {parents.length === 0 && <p className="mdev-empty">No GPU has vGPUs yet.</p>}
-            {parents.map(([path, parent]) => <ParentSchedule key={path} service={service} path={path} parent={parent} />)}
+            {parents.length > 1 &&
+                <FormSelect id="sched-parent" aria-label="GPU" value={shown[1].Name} onChange={(_e, v) => setChosen(v)}
+                            style={{ width: "24em", marginBlockEnd: "0.75rem" }}>
+                    {parents.map(([, p]) => <FormSelectOption key={p.Name} value={p.Name} label={`${p.Name} (${p.Instances.length} vGPUs)`} />)}
+                </FormSelect>}
+            {shown && <ParentSchedule key={shown[0]} service={service} path={shown[0]} parent={shown[1]} />}
         </section>
     );
 }

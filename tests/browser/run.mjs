@@ -8,10 +8,9 @@
 // Needs: root, cockpit/dist built, target/debug/{mdev-manager,vgpuctl} built (MDEV_BIN_DIR
 // to use others), /usr/bin/chromium (CHROMIUM to use another).
 
-import puppeteer from "puppeteer-core";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { REPO, Stack, freePort } from "./stack.mjs";
+import { REPO, Stack, freePort, launchChromium } from "./stack.mjs";
 import { tests } from "./steps.mjs";
 
 const argValue = name => {
@@ -21,6 +20,8 @@ const argValue = name => {
 const out = argValue("--out") || join(REPO, "tests/browser/out");
 const only = argValue("--only");
 mkdirSync(out, { recursive: true });
+for (const old of readdirSync(out).filter(f => f.endsWith(".png")))
+    rmSync(join(out, old)); // no screenshot of an earlier run passes for this one's
 
 const stack = new Stack();
 let browser;
@@ -34,12 +35,7 @@ try {
     const adminUrl = await stack.startCockpitWs(await freePort());
     const viewer = stack.createUser("mdevcockpitro");
     const viewerUrl = await stack.startCockpitWs(await freePort(), viewer);
-    browser = await puppeteer.launch({
-        executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-        headless: true,
-        args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"],
-        defaultViewport: { width: 1400, height: 1000 },
-    });
+    browser = await launchChromium();
     const page = await browser.newPage();
     const consoleErrors = [];
     page.on("pageerror", error => consoleErrors.push(String(error)));

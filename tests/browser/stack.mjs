@@ -4,6 +4,7 @@
 // and cockpit-ws with a local session (cockpit-bridge inherits the private bus address).
 // Every process started here is stopped by `stack.stop()`; nothing is killed by name.
 
+import puppeteer from "puppeteer-core";
 import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
@@ -69,6 +70,16 @@ export function freePort() {
             const { port } = server.address();
             server.close(() => done(port));
         });
+    });
+}
+
+/** Debian's Chromium, headless, driven over the DevTools protocol (CHROMIUM for another binary). */
+export function launchChromium() {
+    return puppeteer.launch({
+        executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+        headless: true,
+        args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"],
+        defaultViewport: { width: 1400, height: 1000 },
     });
 }
 
