@@ -102,14 +102,16 @@ function ParentSchedule({ service, path, parent }) {
         <Card className="mdev-schedule" data-parent={parent.Name} isCompact>
             <CardTitle>{`${parent.Name}: ${parent.SchedulerBackend || "no"} scheduler`}</CardTitle>
             <CardBody>
-                <p>
-                    {"Policy "}
-                    <FormSelect className="sched-policy" aria-label={`policy of ${parent.Name}`} value={parent.Policy}
-                                onChange={(_e, v) => setPolicy(v)} isDisabled={!!denial} style={{ display: "inline-block", width: "14em" }}>
-                        {POLICIES.map(p => <FormSelectOption key={p} value={p} label={p} />)}
-                    </FormSelect>
-                    {` enforces: ${(parent.SchedulerCapabilities || []).join(", ") || "nothing"}`}
-                </p>
+                <div className="sched-policy-line">
+                    <span>Policy</span>
+                    <div className="sched-policy-select">
+                        <FormSelect className="sched-policy" aria-label={`policy of ${parent.Name}`} value={parent.Policy}
+                                    onChange={(_e, v) => setPolicy(v)} isDisabled={!!denial} title={denial || undefined}>
+                            {POLICIES.map(p => <FormSelectOption key={p} value={p} label={p} />)}
+                        </FormSelect>
+                    </div>
+                    <span>{`the driver enforces: ${(parent.SchedulerCapabilities || []).join(", ") || "nothing"}`}</span>
+                </div>
                 {parent.SchedulerNote && <p className="sched-note">{parent.SchedulerNote}</p>}
                 {error && <Alert isInline variant="danger" title={errorKind(error) || "Error"} className="sched-error">{error.message}</Alert>}
                 {instances.length > 0 && <PlanPicture parent={parent} instances={instances.map(([, i]) => i)} />}
