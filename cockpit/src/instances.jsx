@@ -42,7 +42,9 @@ function DestroyDialog({ service, path, instance, onClose }) {
             <ModalBody>
                 {`The ${instance.Kind} on ${instance.ParentName} (${instance.Profile || instance.Type}) is removed and forgotten.`}
                 {refusal && <Alert isInline variant="danger" title={errorKind(refusal) || "Error"} className="destroy-error">{refusal.message}</Alert>}
-                {forceable && <p>{`Force destroys it anyway: ${refusal.message}`}</p>}
+                {forceable && <p id="destroy-force-reason">{errorKind(refusal) === "InUse"
+                    ? "The service refuses because a domain holds it. Force destroys it anyway: the domain loses its device."
+                    : "The service refuses because it did not create it. Force destroys it anyway."}</p>}
             </ModalBody>
             <ModalFooter>
                 {forceable

@@ -140,6 +140,32 @@ export const tests = [
         assert.ok(!json(stack, ["list"]).some(i => i.uuid === victim), "the service no longer lists it");
     }],
 
+    ["destroying an instance a domain holds is refused with the reason, and force destroys it", async ctx => {
+        const { page, stack } = ctx;
+        // The libvirt hook's claim (PrepareDomain), sent through the page's own bridge as root.
+        const domainUuid = "6d7e2f3a-1b2c-4d5e-8f90-a1b2c3d4e5f6";
+        const [paths] = await page.evaluate(uuid => window.mdevManager.service.client.call(
+            "/org/mdevmanager/VGpu1/Manager", "org.mdevmanager.VGpu1.Manager", "PrepareDomain",
+            ["guest1", uuid, [{ kind: cockpit.variant("s", "mdev"), profile: cockpit.variant("s", "nvidia-t4-2q") }], {}],
+            { type: "ssaa{sv}a{sv}" }), domainUuid);
+        assert.equal(paths.length, 1);
+        const claimed = json(stack, ["list"]).find(i => i.holder === "guest1");
+        assert.ok(claimed, "the service lists the claimed instance");
+        const row = `${ROWS}[data-uuid="${claimed.uuid}"]`;
+        await page.waitForSelector(row, { timeout: 10000 });
+        assert.match(await page.$eval(row, e => e.textContent), /guest1/, "the row names the holder domain");
+        await page.click(`${row} .destroy`);
+        await page.click("#destroy-confirm");
+        await page.waitForSelector("#destroy-force", { timeout: 10000 });
+        const refusal = await page.$eval(".destroy-error", e => e.textContent);
+        assert.match(refusal, /InUse/);
+        assert.match(refusal, /guest1|claimed/);
+        await shot(ctx, "08-destroy-needs-force");
+        await page.click("#destroy-force");
+        await page.waitForFunction(sel => !document.querySelector(sel), { timeout: 10000 }, row);
+        assert.ok(!json(stack, ["list"]).some(i => i.uuid === claimed.uuid), "force destroyed it");
+    }],
+
     ["a user without the polkit actions sees read-only controls with the reason", async ctx => {
         const { browser, viewerUrl, out } = ctx;
         const page = await browser.newPage();
@@ -157,7 +183,7 @@ export const tests = [
             }
             // The service refuses the viewer too: the page's state is not the only guard.
             assert.equal(await page.$$eval(".sched-save", els => els.every(e => e.getAttribute("aria-disabled") === "true")), true);
-            await page.screenshot({ path: join(out, "08-read-only.png"), fullPage: true });
+            await page.screenshot({ path: join(out, "09-read-only.png"), fullPage: true });
         } finally {
             await page.close();
         }
@@ -169,7 +195,7 @@ export const tests = [
         await page.waitForSelector("#unreachable", { timeout: 15000 });
         const text = await page.$eval("#unreachable", e => e.textContent);
         assert.match(text, /systemctl start mdev-manager/);
-        await shot(ctx, "09-service-stopped");
+        await shot(ctx, "10-service-stopped");
         await stack.startService();
         await page.waitForSelector(".mdev-parent", { timeout: 30000 });
         assert.equal(await page.evaluate(() => window.notReloaded), true, "the page was not reloaded");
