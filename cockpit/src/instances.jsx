@@ -84,10 +84,10 @@ const InstanceRow = React.memo(function InstanceRow({ path, instance: i, manage,
             <td className="pf-v6-c-table__td pf-v6-c-table__action">
                 <RowButton onClick={() => openDialog({ kind: "xml", path, instance: i })}>XML</RowButton>
                 {i.Persistent && (i.Active
-                    ? <RowButton denial={manage} onClick={() => act(path, "Stop", [{}], "a{sv}")}>Stop</RowButton>
-                    : <RowButton denial={manage} onClick={() => act(path, "Start", [{}], "a{sv}")}>Start</RowButton>)}
+                    ? <RowButton className="stop" denial={manage} onClick={() => act(path, "Stop", [{}], "a{sv}")}>Stop</RowButton>
+                    : <RowButton className="start" denial={manage} onClick={() => act(path, "Start", [{}], "a{sv}")}>Start</RowButton>)}
                 {i.Persistent &&
-                    <RowButton denial={persistent} onClick={() => act(path, "SetAutostart", [!i.Autostart, {}], "ba{sv}")}>
+                    <RowButton className="autostart" denial={persistent} onClick={() => act(path, "SetAutostart", [!i.Autostart, {}], "ba{sv}")}>
                         {i.Autostart ? "No autostart" : "Autostart"}
                     </RowButton>}
                 <RowButton danger className="destroy" denial={manage}

@@ -129,6 +129,33 @@ export const tests = [
         await fillCreate(page, { profile: "nvidia-t4-2q", count: 1 });
     }],
 
+    ["a persistent instance is stopped, started and loses autostart from its row", async ctx => {
+        const { page, stack } = ctx;
+        const before = new Set(json(stack, ["list"]).map(i => i.uuid));
+        await fillCreate(page, { profile: "nvidia-t4-2q", count: 1 });
+        await page.click("#create-autostart");
+        await submitCreate(page);
+        await page.click("#create-autostart"); // unticked again for the later steps
+        const made = json(stack, ["list"]).find(i => !before.has(i.uuid));
+        assert.ok(made && made.persistent && made.autostart, "the service made a persistent autostart instance");
+        const row = `${ROWS}[data-uuid="${made.uuid}"]`;
+        const cell = label => page.$eval(`${row} td[data-label="${label}"]`, e => e.textContent);
+        const service = () => json(stack, ["list"]).find(i => i.uuid === made.uuid);
+        await page.waitForSelector(`${row} .stop`, { timeout: 10000 });
+        assert.equal(await cell("Persistent"), "autostart");
+        await page.click(`${row} .stop`);
+        await page.waitForSelector(`${row} .start`, { timeout: 10000 });
+        assert.equal(await cell("State"), "inactive");
+        assert.equal(service().active, false, "the service stopped it");
+        await page.click(`${row} .start`);
+        await page.waitForSelector(`${row} .stop`, { timeout: 10000 });
+        assert.equal(service().active, true, "the service started it");
+        await page.click(`${row} .autostart`);
+        await page.waitForFunction(sel => document.querySelector(sel)?.textContent === "persistent", { timeout: 10000 },
+                                   `${row} td[data-label="Persistent"]`);
+        assert.equal(service().autostart, false, "the service turned autostart off");
+    }],
+
     ["destroying asks for confirmation and the instance disappears", async ctx => {
         const { page, stack } = ctx;
         const victim = ctx.created[0];
@@ -175,12 +202,13 @@ export const tests = [
             const notice = await page.$eval("#read-only", e => e.textContent);
             assert.match(notice, /org\.mdevmanager\.vgpu1\.manage-instances/);
             assert.equal(await page.$eval("#create-submit", e => e.getAttribute("aria-disabled")), "true");
-            const destroyButtons = await page.$$eval(".destroy", els => els.map(e => [e.getAttribute("aria-disabled"), e.title]));
-            assert.ok(destroyButtons.length > 0, "instances are listed for the viewer too");
+            const destroyButtons = await page.$$eval(".destroy, .stop, .start", els => els.map(e => [e.getAttribute("aria-disabled"), e.title]));
+            assert.ok(destroyButtons.length > 1, "instances, one of them persistent, are listed for the viewer too");
             for (const [disabled, reason] of destroyButtons) {
                 assert.equal(disabled, "true");
                 assert.match(reason, /manage-instances/);
             }
+            assert.match(await page.$eval(".autostart", e => e.getAttribute("aria-disabled") + " " + e.title), /^true .*manage-persistent/);
             // The service refuses the viewer too: the page's state is not the only guard.
             assert.equal(await page.$$eval(".sched-save", els => els.every(e => e.getAttribute("aria-disabled") === "true")), true);
             await page.screenshot({ path: join(out, "09-read-only.png"), fullPage: true });
