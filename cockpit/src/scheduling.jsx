@@ -143,10 +143,11 @@ export function Scheduling({ service }) {
             <Title headingLevel="h2">Scheduling</Title>
             {parents.length === 0 && <p className="mdev-empty">No GPU has vGPUs yet.</p>}
             {parents.length > 1 &&
-                <FormSelect id="sched-parent" aria-label="GPU" value={shown[1].Name} onChange={(_e, v) => setChosen(v)}
-                            style={{ width: "24em", marginBlockEnd: "0.75rem" }}>
-                    {parents.map(([, p]) => <FormSelectOption key={p.Name} value={p.Name} label={`${p.Name} (${p.Instances.length} vGPUs)`} />)}
-                </FormSelect>}
+                <div className="sched-parent-select">
+                    <FormSelect id="sched-parent" aria-label="GPU" value={shown[1].Name} onChange={(_e, v) => setChosen(v)}>
+                        {parents.map(([, p]) => <FormSelectOption key={p.Name} value={p.Name} label={`${p.Name} (${p.Instances.length} vGPUs)`} />)}
+                    </FormSelect>
+                </div>}
             {shown && <ParentSchedule key={shown[0]} service={service} path={shown[0]} parent={shown[1]} />}
         </section>
     );
