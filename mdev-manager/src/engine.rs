@@ -6,6 +6,7 @@
 
 mod cancel;
 mod claims;
+mod instance_locks;
 pub mod passthrough;
 mod profiles;
 pub mod scenarios;
@@ -678,6 +679,8 @@ pub struct Engine {
     parent_locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// UUIDs being created right now (not yet in the state), so two requests cannot take one.
     reserved: Mutex<HashSet<String>>,
+    /// Instances an operation is checking and changing right now (see `instance_locks`).
+    pub(crate) instance_locks: instance_locks::InstanceLocks,
     subscribers: Mutex<Vec<mpsc::Sender<EngineEvent>>>,
     pub(crate) profiles: RwLock<profiles::ProfileSet>,
     /// Threads inside a batch create: the mdev records they commit are saved once, at the
@@ -755,6 +758,7 @@ impl Engine {
             state: Mutex::new(state),
             parent_locks: Mutex::new(HashMap::new()),
             reserved: Mutex::new(HashSet::new()),
+            instance_locks: instance_locks::InstanceLocks::default(),
             subscribers: Mutex::new(Vec::new()),
             profiles: RwLock::new(profiles),
             batching: Mutex::new(HashSet::new()),
@@ -961,10 +965,8 @@ impl Engine {
         let total = uuids.len();
         let mut keys = Vec::with_capacity(total);
         let mut seen = HashSet::with_capacity(total);
-        let mut any_persistent = false;
         for text in uuids {
-            let uuid = names::parse_uuid(text)?;
-            let key = uuid.to_string();
+            let key = names::parse_uuid(text)?.to_string();
             if !seen.insert(key.clone()) {
                 return Err(EngineError::InvalidArgument {
                     what: "UUID",
@@ -972,6 +974,15 @@ impl Engine {
                     reason: "named twice in one batch".into(),
                 });
             }
+            keys.push(key);
+        }
+        // From the checks to the last removal no claim, start or other destroy of these
+        // instances can come in between.
+        let _held = self.instance_locks.hold_all(&keys);
+        let mut any_persistent = false;
+        for key in &keys {
+            let uuid = names::parse_uuid(key)?;
+            let key = key.clone();
             match lock(&self.state).instances.get(&key) {
                 Some(record) => {
                     if let (Some(claim), false) = (&record.claim, options.force) {
@@ -985,7 +996,6 @@ impl Engine {
                 None if !options.force => return Err(EngineError::NotOwned { uuid: key }),
                 None => {}
             }
-            keys.push(key);
         }
         if any_persistent {
             self.update_state(|state| state.pending_destroys.extend(keys.iter().cloned()))?;
@@ -1078,6 +1088,7 @@ impl Engine {
     /// Starts a defined (persistent, inactive) instance.
     pub fn start(&self, uuid: &str) -> Result<InstanceInfo, EngineError> {
         let key = names::parse_uuid(uuid)?.to_string();
+        let _held = self.instance_locks.hold(&key);
         let record = self.record(&key)?;
         let record = self.start_record(&record)?;
         Ok(self.info_of(&record))
@@ -1177,6 +1188,9 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let uuid = names::parse_uuid(uuid)?;
         let key = uuid.to_string();
+        // Held from the claim check to forgetting the record: a claim waits, then finds the
+        // instance gone (or finds it claimed first, and this removal is refused).
+        let _held = self.instance_locks.hold(&key);
         let Some(record) = lock(&self.state).instances.get(&key).cloned() else {
             // Not ours: only a forced removal touches it.
             let mdev = discovery::read_mdev(self.fs(), &uuid)
@@ -1255,6 +1269,7 @@ impl Engine {
     pub fn adopt(&self, uuid: &str) -> Result<InstanceInfo, EngineError> {
         let uuid = names::parse_uuid(uuid)?;
         let key = uuid.to_string();
+        let _held = self.instance_locks.hold(&key);
         if let Some(record) = lock(&self.state).instances.get(&key).cloned() {
             return Ok(self.info_of(&record));
         }
@@ -1312,6 +1327,7 @@ impl Engine {
         change: impl FnOnce(&mut InstanceRecord),
     ) -> Result<InstanceInfo, EngineError> {
         let key = names::parse_uuid(uuid)?.to_string();
+        let _held = self.instance_locks.hold(&key);
         let record = self.update_state(|state| {
             state.instances.get_mut(&key).map(|record| {
                 change(record);
@@ -2268,5 +2284,7 @@ pub(crate) fn unmanaged_info(mdev: &MdevDevice) -> InstanceInfo {
     }
 }
 
+#[cfg(test)]
+mod race_tests;
 #[cfg(test)]
 mod tests;

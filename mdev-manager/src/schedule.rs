@@ -333,7 +333,12 @@ impl Engine {
         min_share_ppm: u32,
         max_share_ppm: u32,
     ) -> Result<InstanceScheduleStatus, ScheduleError> {
-        let record = self.managed_record(uuid)?;
+        let key = crate::discovery::names::parse_uuid(uuid)
+            .map_err(EngineError::from)?
+            .to_string();
+        // A destroy of the instance waits for this change, or this finds it gone.
+        let _held = self.instance_locks.hold(&key);
+        let record = self.managed_record(&key)?;
         let candidate =
             InstanceSchedule::from_raw(record.uuid.as_str(), weight, min_share_ppm, max_share_ppm)
                 .map_err(ScheduleError::Settings)?;

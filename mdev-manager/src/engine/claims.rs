@@ -1,9 +1,16 @@
 //! Claims: which domain holds which instances. A claim is all or nothing; release is
 //! idempotent; verify reports drift and never fails.
+//!
+//! A claim of a known instance holds that instance's lock (see `instance_locks`) from reading
+//! its record to writing the claim, as a destroy does from its claim check to forgetting the
+//! record: two domains never both see an instance unclaimed, and a claim never starts a device
+//! whose record a destroy is removing. A request is checked whole (kinds, UUIDs, weights, no
+//! device named twice) before anything is changed.
 
 use super::{
-    claimed, lock, Claim, CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef,
-    Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind, ReleaseReport, Scheduling,
+    check_scheduling, claimed, lock, Claim, CreateRequest, CreateTarget, DestroyOptions,
+    DeviceRequest, DomainRef, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind,
+    ReleaseReport, Scheduling,
 };
 use crate::discovery::{self, names, names::PciAddress};
 use crate::state::InstanceRecord;
@@ -27,6 +34,7 @@ impl Engine {
     ) -> Result<Vec<InstanceInfo>, EngineError> {
         let domain_uuid = names::parse_uuid(&domain.uuid)?.to_string();
         check_domain_name(&domain.name)?;
+        check_devices(devices)?;
         let mut steps: Vec<ClaimStep> = Vec::new();
         let mut claimed_uuids: Vec<String> = Vec::new();
         for (index, device) in devices.iter().enumerate() {
@@ -67,10 +75,23 @@ impl Engine {
                 rollback_failures,
             });
         }
-        claimed_uuids
-            .iter()
-            .map(|uuid| self.record(uuid).map(|record| self.info_of(&record)))
-            .collect()
+        let mut infos = Vec::with_capacity(claimed_uuids.len());
+        for uuid in &claimed_uuids {
+            match self.record(uuid) {
+                Ok(record) => infos.push(self.info_of(&record)),
+                // Only a forced destroy can take a claimed instance meanwhile; the claim is
+                // then not what the caller asked for, and what it did is undone.
+                Err(error) => {
+                    let rollback_failures = self.undo_claim(steps);
+                    return Err(EngineError::Batch {
+                        step: format!("reading back {uuid} for domain {}", domain.name),
+                        source: Box::new(error),
+                        rollback_failures,
+                    });
+                }
+            }
+        }
+        Ok(infos)
     }
 
     fn claim_one(
@@ -106,6 +127,9 @@ impl Engine {
             transient,
             started_by_claim,
         };
+        // Held until this device is claimed (or created for the claim): the record read below
+        // stays what it is until the claim is written.
+        let _held = uuid.as_deref().map(|uuid| self.instance_locks.hold(uuid));
         // A known instance: claim it (starting it if it is only defined).
         if let Some(uuid) = &uuid {
             let existing = lock(&self.state).instances.get(uuid).cloned();
@@ -293,9 +317,16 @@ impl Engine {
                         .push(format!("stopping {} {}: {error}", record.kind, record.uuid));
                 }
             }
+            // Only this domain's claim is dropped: the claim may have been released and taken
+            // by another domain since `held` was read.
             match self.update_state(|state| {
                 if let Some(r) = state.instances.get_mut(&record.uuid) {
-                    r.claim = None;
+                    if r.claim
+                        .as_ref()
+                        .is_some_and(|c| c.domain_uuid == domain_uuid)
+                    {
+                        r.claim = None;
+                    }
                 }
             }) {
                 Ok(()) => {
@@ -405,6 +436,49 @@ impl Engine {
             }
         }
         drift
+    }
+}
+
+/// Checks a whole request before anything is changed: every weight is valid, no UUID and no
+/// PCI address is named by two entries (one instance cannot be two of a domain's devices).
+fn check_devices(devices: &[DeviceRequest]) -> Result<(), EngineError> {
+    let mut uuids: Vec<(String, usize)> = Vec::new();
+    let mut addresses: Vec<(String, usize)> = Vec::new();
+    for (index, device) in devices.iter().enumerate() {
+        check_scheduling(&Scheduling {
+            weight: device.weight,
+            ..Scheduling::default()
+        })?;
+        if let Some(text) = &device.uuid {
+            let uuid = names::parse_uuid(text)?.to_string();
+            if let Some((_, first)) = uuids.iter().find(|(seen, _)| *seen == uuid) {
+                return Err(named_twice("device UUID", uuid, *first, index));
+            }
+            uuids.push((uuid, index));
+        }
+        if let Some(text) = &device.pci_address {
+            let address = text
+                .parse::<PciAddress>()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| text.clone());
+            if let Some((_, first)) = addresses.iter().find(|(seen, _)| *seen == address) {
+                return Err(named_twice("device PCI address", address, *first, index));
+            }
+            addresses.push((address, index));
+        }
+    }
+    Ok(())
+}
+
+fn named_twice(what: &'static str, value: String, first: usize, second: usize) -> EngineError {
+    EngineError::InvalidArgument {
+        what,
+        value,
+        reason: format!(
+            "named by device entries {} and {} of one request; each device is claimed once",
+            first + 1,
+            second + 1
+        ),
     }
 }
 

@@ -1510,6 +1510,70 @@ fn preparing_a_domain_twice_reuses_its_profile_instances() {
 }
 
 #[test]
+fn prepare_refuses_one_instance_named_by_two_device_entries_and_changes_nothing() {
+    let s = setup("samples");
+    s.engine
+        .create(mdev("mtty", "mtty-2", Some(UUID_A)))
+        .unwrap();
+    let before = saved_state(&s);
+    let a = domain(DOMAIN_UUID);
+    let by_uuid = |uuid: &str| DeviceRequest {
+        kind: "mdev".into(),
+        uuid: Some(uuid.into()),
+        ..DeviceRequest::default()
+    };
+    // The same UUID, spelled differently the second time.
+    let twice = [by_uuid(UUID_A), by_uuid(&UUID_A.to_uppercase())];
+    let error = s.engine.claim_domain(&a, &twice).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgs, "{error}");
+    assert!(
+        error.to_string().contains(UUID_A) && error.to_string().contains("entries 1 and 2"),
+        "{error}"
+    );
+    // A new instance asked for twice by UUID (with a profile) is refused the same way.
+    let new_twice = [
+        DeviceRequest {
+            profile: Some("mtty".into()),
+            ..by_uuid(UUID_B)
+        },
+        by_uuid(UUID_B),
+    ];
+    let error = s.engine.claim_domain(&a, &new_twice).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgs, "{error}");
+    assert!(error.to_string().contains(UUID_B), "{error}");
+    assert_eq!(saved_state(&s), before, "nothing changed");
+    assert_eq!(s.sim.mdev_uuids(), [UUID_A]);
+    assert!(s.engine.instance(UUID_A).unwrap().claim.is_none());
+}
+
+#[test]
+fn re_preparing_a_held_device_refuses_weight_zero_and_keeps_the_weight() {
+    let s = setup("samples");
+    s.engine
+        .create(mdev("mtty", "mtty-2", Some(UUID_A)))
+        .unwrap();
+    let a = domain(DOMAIN_UUID);
+    let with_weight = |weight: u32| DeviceRequest {
+        kind: "mdev".into(),
+        uuid: Some(UUID_A.into()),
+        weight: Some(weight),
+        ..DeviceRequest::default()
+    };
+    s.engine.claim_domain(&a, &[with_weight(300)]).unwrap();
+    let before = saved_state(&s);
+    let error = s.engine.claim_domain(&a, &[with_weight(0)]).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgs, "{error}");
+    assert!(error.to_string().contains("weight"), "{error}");
+    assert_eq!(saved_state(&s), before, "nothing changed");
+    let held = s.engine.instance(UUID_A).unwrap();
+    assert_eq!(
+        held.claim.map(|c| c.domain_uuid).as_deref(),
+        Some(DOMAIN_UUID)
+    );
+    assert_eq!(held.scheduling.weight, Some(300));
+}
+
+#[test]
 fn reconcile_reports_instances_whose_parent_is_missing_and_hotplug_starts_them_later() {
     let s = setup("samples");
     for uuid in [UUID_A, UUID_B] {
