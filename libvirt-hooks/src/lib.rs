@@ -9,6 +9,10 @@
 //! thin.
 #![deny(missing_docs)]
 
+pub mod bounded;
+pub mod config;
+pub mod domain_index;
+pub mod domain_uuid;
 pub mod hook;
 pub mod install;
 pub mod invocation;
