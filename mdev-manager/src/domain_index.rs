@@ -225,6 +225,28 @@ mod tests {
     }
 
     #[test]
+    fn the_engine_rebuilds_the_index_from_its_state_when_it_opens() {
+        use std::sync::Arc;
+        let root = tempfile::tempdir().unwrap();
+        let files = DiskFiles::new(root.path());
+        let config = crate::engine::EngineConfig::default();
+        let held = state(&[claimed("aaaaaaaa-0000-4000-8000-000000000001", Some(DOMAIN_A))]);
+        // A state saved without the index (an older version), and a stale entry.
+        crate::state::save(&files, &config.state_dir, &held).unwrap();
+        let index = root.path().join("var/lib/mdev-manager/domains");
+        std::fs::create_dir_all(&index).unwrap();
+        std::fs::write(index.join(DOMAIN_B), "").unwrap();
+        let sim = crate::sim::SimHost::builtin("samples").unwrap();
+        crate::engine::Engine::new(Arc::new(sim), Arc::new(files), config).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(&index)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, vec![DOMAIN_A.to_owned()]);
+    }
+
+    #[test]
     fn rebuild_removes_whatever_is_not_a_holding_domain() {
         let root = tempfile::tempdir().unwrap();
         let files = DiskFiles::new(root.path());
