@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: how the hook's reading of a domain XML grows with its shape (issue 14, item 3).
 
-Usage: bench/hook/xml-shapes.py HOOK [ROUNDS]
+Usage: bench/hook/xml-shapes.py HOOK [ROUNDS [LIMIT_SECONDS]]
 
 Runs HOOK (an mdev-manager-hook binary) as libvirt does, `shaped prepare begin -` with the
 XML on stdin and no D-Bus service (every document here holds only a USB <hostdev>, which is
@@ -15,7 +15,9 @@ time of ROUNDS runs (default 5) for:
   hostdevs with the attribute bound's count, namespaces at the bound with many elements in
   their scope. Reading is linear when the 2N/N ratio is about 2.
 
-Times include the process start (about 1 ms). No assertion: the numbers are for
+A run longer than LIMIT_SECONDS (default 60) is stopped and shown as "> LIMIT" (a hook built
+before the bounds takes minutes on the largest inputs). Times include the process start
+(about 1 ms). No assertion: the numbers are for
 docs/benchmarks.md; tests check the behaviour (libvirt-hooks/tests/xml_bounds.rs).
 """
 
@@ -75,7 +77,7 @@ def allowed(copies):
     yield "elements under the namespace bound", domain(scope + "<e/>" * (400 * copies) + closing)
 
 
-def run(hook, xml, rounds, root):
+def run(hook, xml, rounds, root, limit):
     with tempfile.TemporaryFile() as stdin:
         stdin.write(xml)
         times = []
@@ -83,17 +85,21 @@ def run(hook, xml, rounds, root):
         for _ in range(rounds):
             stdin.seek(0)
             start = time.perf_counter()
-            result = subprocess.run(
-                [hook, "shaped", "prepare", "begin", "-"],
-                stdin=stdin,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                env={
-                    "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={root}/no-bus",
-                    "MDEV_MANAGER_ROOT": root,
-                },
-                check=False,
-            )
+            try:
+                result = subprocess.run(
+                    [hook, "shaped", "prepare", "begin", "-"],
+                    stdin=stdin,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    env={
+                        "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={root}/no-bus",
+                        "MDEV_MANAGER_ROOT": root,
+                    },
+                    timeout=limit,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                return None, None, f"stopped after {limit} s"
             times.append(time.perf_counter() - start)
             code = result.returncode
             line = result.stderr.decode(errors="replace").strip()
@@ -105,19 +111,24 @@ def main():
         sys.exit(__doc__)
     hook = os.path.realpath(sys.argv[1])
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    limit = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
     root = tempfile.mkdtemp(prefix="xml-shapes-")
     print(f"hook {hook}; median of {rounds} runs; load {os.getloadavg()[0]:.2f}")
     print("\nhostile shapes (the issue's inputs)")
     for name, xml in hostile():
-        seconds, code, line = run(hook, xml, rounds, root)
-        print(f"  {name:48} {len(xml):>9} B  exit {code}  {seconds * 1000:9.1f} ms  {line[:90]}")
+        seconds, code, line = run(hook, xml, rounds, root, limit)
+        shown = f"{seconds * 1000:9.1f} ms" if seconds is not None else f"> {limit:.0f} s".rjust(12)
+        print(f"  {name:48} {len(xml):>9} B  exit {code}  {shown}  {line[:100]}")
     print("\nworst shapes inside the bounds, N and 2N copies")
     copies = 1_000
     small = dict(allowed(copies))
     large = dict(allowed(2 * copies))
     for name in small:
-        t1, c1, _ = run(hook, small[name], rounds, root)
-        t2, c2, _ = run(hook, large[name], rounds, root)
+        t1, c1, _ = run(hook, small[name], rounds, root, limit)
+        t2, c2, _ = run(hook, large[name], rounds, root, limit)
+        if t1 is None or t2 is None:
+            print(f"  {name:40} stopped after {limit} s")
+            continue
         print(
             f"  {name:40} N: {len(small[name]):>8} B {t1 * 1000:7.1f} ms (exit {c1})"
             f"  2N: {len(large[name]):>8} B {t2 * 1000:7.1f} ms (exit {c2})  ratio {t2 / t1:.2f}"

@@ -63,7 +63,9 @@ pub enum ShapeError {
         position: u64,
     },
     /// The same attribute twice on one element (not well-formed XML).
-    #[error("domain XML element <{element}> at byte {position} has the attribute {attribute} twice")]
+    #[error(
+        "domain XML element <{element}> at byte {position} has the attribute {attribute} twice"
+    )]
     DuplicateAttribute {
         /// The element.
         element: String,
@@ -203,7 +205,10 @@ mod tests {
         let over = format!("e{at_bound} extra='v'");
         assert!(matches!(
             guard.enter(&start(&over), 0),
-            Err(ShapeError::TooManyAttributes { limit: MAX_ATTRIBUTES, .. })
+            Err(ShapeError::TooManyAttributes {
+                limit: MAX_ATTRIBUTES,
+                ..
+            })
         ));
     }
 

@@ -89,7 +89,10 @@ fn state_dir_value(text: &str) -> Result<Option<String>, (usize, &'static str)> 
         };
         let rest = rest.trim_start();
         let (value, after) = if rest.starts_with("\"\"\"") || rest.starts_with("'''") {
-            return Err((number, "multi-line strings are not read by the hook; write the path on one line"));
+            return Err((
+                number,
+                "multi-line strings are not read by the hook; write the path on one line",
+            ));
         } else if let Some(body) = rest.strip_prefix('"') {
             basic_string(body).ok_or((number, "unterminated or malformed \"...\" string"))?
         } else if let Some(body) = rest.strip_prefix('\'') {

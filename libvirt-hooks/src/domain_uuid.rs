@@ -76,7 +76,10 @@ mod tests {
         assert_eq!(domain_uuid(nested.as_bytes()), None);
         let other_root = format!("<network><uuid>{UUID}</uuid></network>");
         assert_eq!(domain_uuid(other_root.as_bytes()), None);
-        assert_eq!(domain_uuid(b"<domain><uuid>not-a-uuid</uuid></domain>"), None);
+        assert_eq!(
+            domain_uuid(b"<domain><uuid>not-a-uuid</uuid></domain>"),
+            None
+        );
         assert_eq!(domain_uuid(b"<domain><name>x</name></domain>"), None);
         assert_eq!(domain_uuid(b""), None);
     }

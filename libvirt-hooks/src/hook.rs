@@ -122,7 +122,8 @@ pub fn run(invocation: &HookInvocation, domain_xml: &[u8], settings: &HookSettin
                 ))
             }
         };
-        let listed = domain_uuid(domain_xml).filter(|uuid| lists_domain(&settings.root, &dir, uuid));
+        let listed =
+            domain_uuid(domain_xml).filter(|uuid| lists_domain(&settings.root, &dir, uuid));
         if let Some(domain_uuid) = listed {
             return match connect(operation, settings) {
                 Ok(client) => release(&client, domain, &domain_uuid, settings, &dir),

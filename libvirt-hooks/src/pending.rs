@@ -93,7 +93,8 @@ mod tests {
     fn records_the_domain_name_under_its_uuid() {
         let root = tempfile::tempdir().unwrap();
         let uuid = Uuid::parse_str("4dea22b3-1d52-d8f3-2516-782e98ab3fa0").unwrap();
-        let path = record_pending_release(root.path(), Path::new(DEFAULT), &uuid, "vm one").unwrap();
+        let path =
+            record_pending_release(root.path(), Path::new(DEFAULT), &uuid, "vm one").unwrap();
         assert_eq!(
             path,
             root.path()
@@ -117,9 +118,8 @@ mod tests {
     #[test]
     fn records_go_into_the_state_directory_given() {
         let root = tempfile::tempdir().unwrap();
-        let path =
-            record_pending_release(root.path(), Path::new("/srv/vgpu"), &Uuid::nil(), "vm")
-                .unwrap();
+        let path = record_pending_release(root.path(), Path::new("/srv/vgpu"), &Uuid::nil(), "vm")
+            .unwrap();
         assert_eq!(
             path,
             root.path()
@@ -134,7 +134,8 @@ mod tests {
         std::fs::create_dir_all(root.path().join("var/lib")).unwrap();
         std::fs::write(root.path().join("var/lib/mdev-manager"), "").unwrap();
         let uuid = Uuid::nil();
-        let error = record_pending_release(root.path(), Path::new(DEFAULT), &uuid, "vm").unwrap_err();
+        let error =
+            record_pending_release(root.path(), Path::new(DEFAULT), &uuid, "vm").unwrap_err();
         let message = error.to_string();
         assert!(
             message.contains("00000000-0000-0000-0000-000000000000"),

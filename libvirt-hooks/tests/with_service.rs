@@ -397,7 +397,13 @@ fn release_with_the_daemon_down_lands_in_the_state_dir_of_the_config_file() {
     let state_dir = root.path().join("srv/vgpu-state");
     let daemon = common::start_daemon_configured(&bus, root.path());
     let xml = domain("vm-a", VM_A, &[("nvidia-t4-2q", MDEV_1)]);
-    let output = run_hook_on(&bus, root.path(), ["vm-a", "prepare", "begin", "-"], &xml, "30");
+    let output = run_hook_on(
+        &bus,
+        root.path(),
+        ["vm-a", "prepare", "begin", "-"],
+        &xml,
+        "30",
+    );
     assert!(output.status.success(), "prepare: {}", stderr_of(&output));
     assert!(
         state_dir.join("state.json").exists(),
@@ -406,7 +412,13 @@ fn release_with_the_daemon_down_lands_in_the_state_dir_of_the_config_file() {
 
     daemon.terminate().expect("stop mdev-manager");
     wait_name_released(&bus).expect("the bus name is released");
-    let output = run_hook_on(&bus, root.path(), ["vm-a", "release", "end", "-"], &xml, "30");
+    let output = run_hook_on(
+        &bus,
+        root.path(),
+        ["vm-a", "release", "end", "-"],
+        &xml,
+        "30",
+    );
     assert!(output.status.success(), "release: {}", stderr_of(&output));
     let record = state_dir.join("pending-releases").join(VM_A);
     assert_eq!(

@@ -55,7 +55,11 @@ pub fn commit(
 
 /// Makes the index list exactly the domains holding claims in `state` (at start, before the
 /// service answers anyone), whatever a crash or an older version left there.
-pub fn rebuild(files: &dyn StateFiles, state_dir: &Path, state: &StateFile) -> Result<(), StateError> {
+pub fn rebuild(
+    files: &dyn StateFiles,
+    state_dir: &Path,
+    state: &StateFile,
+) -> Result<(), StateError> {
     commit(files, state_dir, state, || Ok(()))
 }
 
@@ -141,9 +145,7 @@ mod tests {
     fn state(records: &[InstanceRecord]) -> StateFile {
         let mut state = StateFile::default();
         for record in records {
-            state
-                .instances
-                .insert(record.uuid.clone(), record.clone());
+            state.instances.insert(record.uuid.clone(), record.clone());
         }
         state
     }
@@ -188,13 +190,19 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let files = DiskFiles::new(root.path());
         let dir = Path::new("/state");
-        let first = state(&[claimed("aaaaaaaa-0000-4000-8000-000000000001", Some(DOMAIN_A))]);
+        let first = state(&[claimed(
+            "aaaaaaaa-0000-4000-8000-000000000001",
+            Some(DOMAIN_A),
+        )]);
         commit(&files, dir, &first, || {
             assert_eq!(names(root.path()), vec![DOMAIN_A.to_owned()]);
             Ok(())
         })
         .unwrap();
-        let second = state(&[claimed("aaaaaaaa-0000-4000-8000-000000000001", Some(DOMAIN_B))]);
+        let second = state(&[claimed(
+            "aaaaaaaa-0000-4000-8000-000000000001",
+            Some(DOMAIN_B),
+        )]);
         commit(&files, dir, &second, || {
             assert_eq!(
                 names(root.path()),
@@ -211,7 +219,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let files = DiskFiles::new(root.path());
         let dir = Path::new("/state");
-        let held = state(&[claimed("aaaaaaaa-0000-4000-8000-000000000001", Some(DOMAIN_A))]);
+        let held = state(&[claimed(
+            "aaaaaaaa-0000-4000-8000-000000000001",
+            Some(DOMAIN_A),
+        )]);
         commit(&files, dir, &held, || Ok(())).unwrap();
         let error = commit(&files, dir, &state(&[]), || {
             Err(StateError::Io {
@@ -230,7 +241,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let files = DiskFiles::new(root.path());
         let config = crate::engine::EngineConfig::default();
-        let held = state(&[claimed("aaaaaaaa-0000-4000-8000-000000000001", Some(DOMAIN_A))]);
+        let held = state(&[claimed(
+            "aaaaaaaa-0000-4000-8000-000000000001",
+            Some(DOMAIN_A),
+        )]);
         // A state saved without the index (an older version), and a stale entry.
         crate::state::save(&files, &config.state_dir, &held).unwrap();
         let index = root.path().join("var/lib/mdev-manager/domains");
@@ -254,7 +268,10 @@ mod tests {
         std::fs::create_dir_all(&index).unwrap();
         std::fs::write(index.join(DOMAIN_B), "").unwrap();
         std::fs::write(index.join(format!("{DOMAIN_A}.tmp.123")), "").unwrap();
-        let held = state(&[claimed("aaaaaaaa-0000-4000-8000-000000000001", Some(DOMAIN_A))]);
+        let held = state(&[claimed(
+            "aaaaaaaa-0000-4000-8000-000000000001",
+            Some(DOMAIN_A),
+        )]);
         rebuild(&files, Path::new("/state"), &held).unwrap();
         assert_eq!(names(root.path()), vec![DOMAIN_A.to_owned()]);
     }
