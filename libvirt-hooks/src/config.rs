@@ -229,6 +229,18 @@ mod tests {
     }
 
     #[test]
+    fn the_packaged_file_names_no_state_dir_of_its_own() {
+        let packaged =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/mdev-manager.toml");
+        let text = std::fs::read_to_string(&packaged).unwrap();
+        assert!(
+            text.contains("# state_dir = "),
+            "the key is listed, commented out"
+        );
+        assert_eq!(state_dir_value(&text), Ok(None));
+    }
+
+    #[test]
     fn the_file_under_the_root_decides_and_its_absence_means_the_default() {
         let root = tempfile::tempdir().unwrap();
         assert_eq!(

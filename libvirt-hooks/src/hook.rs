@@ -181,6 +181,7 @@ pub fn run(invocation: &HookInvocation, domain_xml: &[u8], settings: &HookSettin
         }
         (Operation::Release, Some(dir)) => release(&client, domain, &domain_uuid, settings, &dir),
         (Operation::Reconnect, _) => reconnect(&client, domain, &domain_uuid, &plan),
+        // Release always has its state directory (read above); Other returned at the top.
         (Operation::Release | Operation::Other, _) => HookOutcome::success(),
     }
 }
