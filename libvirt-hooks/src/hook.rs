@@ -6,11 +6,14 @@
 //! running guest, so reconnect always exits 0; for `migrate`/`restore` stdout is the domain XML
 //! (empty output means unchanged) and a failure cancels the operation.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use uuid::Uuid;
 
+use crate::config::ConfigError;
+use crate::domain_index::lists_domain;
+use crate::domain_uuid::domain_uuid;
 use crate::invocation::{HookInvocation, Operation};
 use crate::pending::record_pending_release;
 use crate::plan::{plan_from_xml, ClaimPlan};
@@ -41,6 +44,12 @@ impl HookSettings {
             root: crate::pending::host_root(),
             timeout_override,
         }
+    }
+
+    /// The service's state directory (a host path, under [`Self::root`]): from the service's
+    /// config file under the root, as the service reads it.
+    pub fn state_dir(&self) -> Result<PathBuf, ConfigError> {
+        crate::config::state_dir(&self.root)
     }
 
     /// How long a call for `operation` may take. libvirt waits for us with the domain locked,
@@ -96,15 +105,38 @@ const PREFIX: &str = "mdev-manager-hook";
 /// at release with the service down, the pending-release record.
 pub fn run(invocation: &HookInvocation, domain_xml: &[u8], settings: &HookSettings) -> HookOutcome {
     let operation = invocation.operation;
+    let domain = &invocation.domain_name;
     if operation == Operation::Other {
         return HookOutcome::success();
+    }
+    // Release goes by the domain's UUID: a domain the service lists as holding claims is
+    // released whatever its XML names now (a vGPU hot-unplugged before the stop is not in it).
+    let mut state_dir = None;
+    if operation == Operation::Release {
+        let dir = match settings.state_dir() {
+            Ok(dir) => dir,
+            Err(error) => {
+                return HookOutcome::failure(format!(
+                    "{PREFIX}: release of domain '{domain}': cannot tell the service's state directory: {}",
+                    chain(&error)
+                ))
+            }
+        };
+        let listed =
+            domain_uuid(domain_xml).filter(|uuid| lists_domain(&settings.root, &dir, uuid));
+        if let Some(domain_uuid) = listed {
+            return match connect(operation, settings) {
+                Ok(client) => release(&client, domain, &domain_uuid, settings, &dir),
+                Err(outcome) => outcome,
+            };
+        }
+        state_dir = Some(dir);
     }
     // The fast path: most domains on a host have no vGPU. An oversized input skips it so that
     // the parser refuses it explicitly.
     if domain_xml.len() <= crate::MAX_DOMAIN_XML_BYTES && !may_hold_vgpus(domain_xml) {
         return HookOutcome::success();
     }
-    let domain = &invocation.domain_name;
     let plan = match plan_from_xml(domain_xml) {
         Ok(plan) => plan,
         Err(error) => {
@@ -133,19 +165,13 @@ pub fn run(invocation: &HookInvocation, domain_xml: &[u8], settings: &HookSettin
             _ => HookOutcome::failure(line),
         };
     };
-    let client = match ServiceClient::new(settings.timeout(operation)) {
+    let client = match connect(operation, settings) {
         Ok(client) => client,
-        Err(error) => {
-            let line = format!("{PREFIX}: cannot start the D-Bus client: {error}");
-            return match operation {
-                Operation::Reconnect => HookOutcome::success().note(line),
-                _ => HookOutcome::failure(line),
-            };
-        }
+        Err(outcome) => return outcome,
     };
-    match operation {
-        Operation::Prepare => prepare(&client, domain, &domain_uuid, &plan),
-        Operation::Migrate | Operation::Restore => {
+    match (operation, state_dir) {
+        (Operation::Prepare, _) => prepare(&client, domain, &domain_uuid, &plan),
+        (Operation::Migrate | Operation::Restore, _) => {
             let mut outcome = prepare(&client, domain, &domain_uuid, &plan);
             if outcome.exit_code == 0 {
                 // Unchanged: the UUIDs and addresses the XML names are the ones we claimed.
@@ -153,10 +179,22 @@ pub fn run(invocation: &HookInvocation, domain_xml: &[u8], settings: &HookSettin
             }
             outcome
         }
-        Operation::Release => release(&client, domain, &domain_uuid, settings),
-        Operation::Reconnect => reconnect(&client, domain, &domain_uuid, &plan),
-        Operation::Other => HookOutcome::success(),
+        (Operation::Release, Some(dir)) => release(&client, domain, &domain_uuid, settings, &dir),
+        (Operation::Reconnect, _) => reconnect(&client, domain, &domain_uuid, &plan),
+        // Release always has its state directory (read above); Other returned at the top.
+        (Operation::Release | Operation::Other, _) => HookOutcome::success(),
     }
+}
+
+/// The D-Bus client for `operation`, or the outcome when it cannot be made.
+fn connect(operation: Operation, settings: &HookSettings) -> Result<ServiceClient, HookOutcome> {
+    ServiceClient::new(settings.timeout(operation)).map_err(|error| {
+        let line = format!("{PREFIX}: cannot start the D-Bus client: {error}");
+        match operation {
+            Operation::Reconnect => HookOutcome::success().note(line),
+            _ => HookOutcome::failure(line),
+        }
+    })
 }
 
 fn prepare(
@@ -190,11 +228,12 @@ fn release(
     domain: &str,
     domain_uuid: &Uuid,
     settings: &HookSettings,
+    state_dir: &Path,
 ) -> HookOutcome {
     match client.release_domain(domain, domain_uuid) {
         Ok(()) => HookOutcome::success(),
         Err(error @ (ServiceError::NotRunning(_) | ServiceError::TimedOut(_))) => {
-            match record_pending_release(&settings.root, domain_uuid, domain) {
+            match record_pending_release(&settings.root, state_dir, domain_uuid, domain) {
                 Ok(path) => {
                     let outcome = HookOutcome::success().note(format!(
                         "{PREFIX}: domain '{domain}': {}; release recorded in {} for the service to finish when it starts",
@@ -348,6 +387,26 @@ mod tests {
             "{:?}",
             outcome.stderr
         );
+    }
+
+    #[test]
+    fn release_fails_naming_the_config_file_when_its_state_dir_cannot_be_read() {
+        let root = tempfile::tempdir().unwrap();
+        let config = root.path().join("etc/mdev-manager/mdev-manager.toml");
+        std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+        std::fs::write(&config, "state_dir = \"\"\"\n/srv\"\"\"\n").unwrap();
+        let outcome = run(&call("release", "end"), PLAIN, &settings(root.path()));
+        assert_eq!(outcome.exit_code, 1);
+        assert_eq!(outcome.stderr.len(), 1);
+        assert!(
+            outcome.stderr[0].starts_with("mdev-manager-hook: release of domain 'vm1': cannot tell the service's state directory: config file")
+                && outcome.stderr[0].contains("mdev-manager.toml, line 1: state_dir: multi-line"),
+            "{:?}",
+            outcome.stderr
+        );
+        // Other operations do not need the state directory.
+        let outcome = run(&call("prepare", "begin"), PLAIN, &settings(root.path()));
+        assert_eq!(outcome, HookOutcome::success());
     }
 
     #[test]

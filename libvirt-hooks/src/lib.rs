@@ -4,11 +4,17 @@
 //! Everything a test or fuzzer needs is pure and lives here: [`plan::plan_from_xml`] turns a
 //! domain XML into a [`plan::ClaimPlan`], [`scan::may_hold_vgpus`] is the fast path. The
 //! `<hostdev>` elements are written by `dbus_api::hostdev` (one generator for the hook's tests,
-//! `vgpuctl xml` and `vgpuctl attach`). The D-Bus calls
-//! ([`service`]), the pending-release record ([`pending`]) and the installer ([`install`]) are
-//! thin.
+//! `vgpuctl xml` and `vgpuctl attach`). Reading untrusted XML is bounded and linear
+//! ([`bounded`]); `release` goes by the domain's UUID ([`domain_uuid`]) when the service's
+//! index lists it ([`domain_index`]), in the service's state directory ([`config`]). The D-Bus
+//! calls ([`service`]), the pending-release record ([`pending`]) and the installer
+//! ([`install`]) are thin.
 #![deny(missing_docs)]
 
+pub mod bounded;
+pub mod config;
+pub mod domain_index;
+pub mod domain_uuid;
 pub mod hook;
 pub mod install;
 pub mod invocation;

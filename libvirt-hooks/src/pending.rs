@@ -1,16 +1,18 @@
 //! Releases the hook could not deliver because the service was not running.
 //!
 //! `release end` must never lose a release: when the service is down the hook writes
-//! `<root>/var/lib/mdev-manager/pending-releases/<domain uuid>` holding the domain name, and the
+//! `<root>/<state dir>/pending-releases/<domain uuid>` holding the domain name, and the
 //! service finishes and deletes these files when it starts (docs/design.md, "Hook -> service").
+//! The state directory is the service's ([`crate::config::state_dir`]), so that it finds them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
 
-/// Host-absolute directory of the pending-release records.
-pub const PENDING_RELEASES_DIR: &str = "/var/lib/mdev-manager/pending-releases";
+/// Directory of the pending-release records inside the state directory (the service's
+/// `state::PENDING_RELEASES_DIR`).
+pub const PENDING_RELEASES_DIR: &str = "pending-releases";
 
 /// The environment variable that moves the host root (tests; like mdevctl's
 /// `MDEVCTL_ENV_ROOT`). Unset means `/`.
@@ -40,9 +42,11 @@ pub fn host_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/"))
 }
 
-/// The record's path for `domain_uuid` under `root`.
-pub fn pending_release_path(root: &Path, domain_uuid: &Uuid) -> PathBuf {
-    root.join(PENDING_RELEASES_DIR.trim_start_matches('/'))
+/// The record's path for `domain_uuid` under `root`, in the state directory `state_dir` (a
+/// host path).
+pub fn pending_release_path(root: &Path, state_dir: &Path, domain_uuid: &Uuid) -> PathBuf {
+    crate::config::under_root(root, state_dir)
+        .join(PENDING_RELEASES_DIR)
         .join(domain_uuid.as_hyphenated().to_string())
 }
 
@@ -51,10 +55,11 @@ pub fn pending_release_path(root: &Path, domain_uuid: &Uuid) -> PathBuf {
 /// so the service never reads half a record. Recording twice is harmless.
 pub fn record_pending_release(
     root: &Path,
+    state_dir: &Path,
     domain_uuid: &Uuid,
     domain_name: &str,
 ) -> Result<PathBuf, PendingError> {
-    let path = pending_release_path(root, domain_uuid);
+    let path = pending_release_path(root, state_dir, domain_uuid);
     let fail = |path: &Path, source| PendingError::Write {
         domain_uuid: *domain_uuid,
         path: path.to_owned(),
@@ -82,11 +87,14 @@ pub fn record_pending_release(
 mod tests {
     use super::*;
 
+    const DEFAULT: &str = crate::config::DEFAULT_STATE_DIR;
+
     #[test]
     fn records_the_domain_name_under_its_uuid() {
         let root = tempfile::tempdir().unwrap();
         let uuid = Uuid::parse_str("4dea22b3-1d52-d8f3-2516-782e98ab3fa0").unwrap();
-        let path = record_pending_release(root.path(), &uuid, "vm one").unwrap();
+        let path =
+            record_pending_release(root.path(), Path::new(DEFAULT), &uuid, "vm one").unwrap();
         assert_eq!(
             path,
             root.path()
@@ -94,7 +102,7 @@ mod tests {
         );
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "vm one");
         // Again: same file, no temporary left over.
-        record_pending_release(root.path(), &uuid, "vm one").unwrap();
+        record_pending_release(root.path(), Path::new(DEFAULT), &uuid, "vm one").unwrap();
         let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
             .unwrap()
             .map(|e| e.unwrap().file_name())
@@ -108,13 +116,26 @@ mod tests {
     }
 
     #[test]
+    fn records_go_into_the_state_directory_given() {
+        let root = tempfile::tempdir().unwrap();
+        let path = record_pending_release(root.path(), Path::new("/srv/vgpu"), &Uuid::nil(), "vm")
+            .unwrap();
+        assert_eq!(
+            path,
+            root.path()
+                .join("srv/vgpu/pending-releases/00000000-0000-0000-0000-000000000000")
+        );
+    }
+
+    #[test]
     fn reports_the_path_when_the_root_is_not_writable() {
         let root = tempfile::tempdir().unwrap();
         // A file where the directory should be makes create_dir_all fail for root as well.
         std::fs::create_dir_all(root.path().join("var/lib")).unwrap();
         std::fs::write(root.path().join("var/lib/mdev-manager"), "").unwrap();
         let uuid = Uuid::nil();
-        let error = record_pending_release(root.path(), &uuid, "vm").unwrap_err();
+        let error =
+            record_pending_release(root.path(), Path::new(DEFAULT), &uuid, "vm").unwrap_err();
         let message = error.to_string();
         assert!(
             message.contains("00000000-0000-0000-0000-000000000000"),

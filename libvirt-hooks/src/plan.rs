@@ -33,6 +33,7 @@ use quick_xml::name::{Namespace, ResolveResult};
 use quick_xml::NsReader;
 use uuid::Uuid;
 
+use crate::bounded::{ShapeError, ShapeGuard};
 use crate::pci::{PciAddress, PciAddressError};
 use crate::{MAX_DOMAIN_XML_BYTES, NAMESPACE};
 
@@ -170,6 +171,10 @@ pub enum PlanError {
         /// The bound.
         limit: usize,
     },
+    /// Nested too deep, too many attributes on an element or too many namespaces: the
+    /// bounds that keep reading linear ([`crate::bounded`]).
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
     /// Not well-formed XML.
     #[error("domain XML is not well-formed near byte {position}")]
     Malformed {
@@ -347,6 +352,7 @@ fn parse_document(xml: &[u8]) -> Result<ParsedDomain, PlanError> {
     let mut hostdev: Option<HostdevDraft> = None;
     let mut hostdev_count = 0usize;
     let mut text = String::new();
+    let mut shape = ShapeGuard::default();
 
     loop {
         let position = reader.buffer_position();
@@ -364,6 +370,8 @@ fn parse_document(xml: &[u8]) -> Result<ParsedDomain, PlanError> {
         let unbound = matches!(namespace, ResolveResult::Unbound);
         match event {
             Event::Start(start) => {
+                // First, before any work that grows with the tag or the depth.
+                shape.enter(&start, position)?;
                 let local = start.local_name().as_ref().to_vec();
                 if stack.is_empty() {
                     if seen_root || in_our_namespace || local != b"domain" {
@@ -371,13 +379,21 @@ fn parse_document(xml: &[u8]) -> Result<ParsedDomain, PlanError> {
                     }
                     seen_root = true;
                 }
-                let path: Vec<&[u8]> = stack.iter().map(|open| open.name.as_slice()).collect();
+                // The names of the (at most) four outermost open elements and the depth are
+                // all the rules below look at; a copy of the whole path per element would make
+                // deep documents quadratic.
+                let mut outer: [&[u8]; 4] = [b""; 4];
+                for (slot, open) in outer.iter_mut().zip(&stack) {
+                    *slot = open.name.as_slice();
+                }
+                let depth = stack.len();
+                let path = &outer[..depth.min(outer.len())];
                 let parent_ours = stack.last().is_some_and(|open| open.ours);
                 // `virsh metadata --set` puts the namespace on the top element only, so the
                 // unprefixed children of our element are ours too.
                 let ours = in_our_namespace || (parent_ours && unbound);
-                match (path.as_slice(), ours) {
-                    ([b"domain", b"metadata"], true) => match local.as_slice() {
+                match (path, ours) {
+                    ([b"domain", b"metadata"], true) if depth == 2 => match local.as_slice() {
                         b"vgpus" => check_no_attributes(&reader, &start, "<vgpu:vgpus>")?,
                         b"vgpu" => domain.metadata.push(metadata_entry(
                             &reader,
@@ -391,7 +407,7 @@ fn parse_document(xml: &[u8]) -> Result<ParsedDomain, PlanError> {
                         }
                     },
                     ([b"domain", b"metadata", ..], true) if parent_ours => {
-                        if local != b"vgpu" || path.len() != 3 || path[2] != b"vgpus" {
+                        if local != b"vgpu" || depth != 3 || path[2] != b"vgpus" {
                             return Err(PlanError::UnknownElement {
                                 element: lossy(&local),
                             });
@@ -402,12 +418,12 @@ fn parse_document(xml: &[u8]) -> Result<ParsedDomain, PlanError> {
                             domain.metadata.len() + 1,
                         )?);
                     }
-                    ([b"domain", b"devices"], false) if local == b"hostdev" => {
+                    ([b"domain", b"devices"], false) if depth == 2 && local == b"hostdev" => {
                         hostdev_count += 1;
                         hostdev = Some(hostdev_draft(&start, hostdev_count).map_err(malformed)?);
                     }
                     ([b"domain", b"devices", b"hostdev", b"source"], false)
-                        if local == b"address" =>
+                        if depth == 4 && local == b"address" =>
                     {
                         if let Some(draft) = hostdev.as_mut() {
                             draft.found = hostdev_source(&start, draft, position)?;
@@ -419,6 +435,7 @@ fn parse_document(xml: &[u8]) -> Result<ParsedDomain, PlanError> {
                 stack.push(Open { name: local, ours });
             }
             Event::End(_) => {
+                shape.leave();
                 let Some(open) = stack.pop() else {
                     // check_end_names makes quick-xml refuse a stray end tag first.
                     continue;
@@ -508,7 +525,7 @@ fn hostdev_draft(start: &BytesStart<'_>, index: usize) -> Result<HostdevDraft, q
     let mut mode = None;
     let mut kind = None;
     let mut managed = false;
-    for attribute in start.attributes() {
+    for attribute in start.attributes().with_checks(false) {
         let attribute = attribute.map_err(quick_xml::Error::from)?;
         let value = attribute.unescape_value()?;
         match attribute.key.as_ref() {
@@ -541,7 +558,7 @@ fn hostdev_source(
 ) -> Result<Option<HostdevRef>, PlanError> {
     let element = || format!("{} <source><address>", draft_label(draft));
     let mut values: Vec<(Vec<u8>, String)> = Vec::new();
-    for attribute in start.attributes() {
+    for attribute in start.attributes().with_checks(false) {
         let attribute = attribute.map_err(|source| PlanError::Malformed {
             position,
             source: source.into(),
@@ -597,7 +614,7 @@ fn check_no_attributes(
     start: &BytesStart<'_>,
     element: &str,
 ) -> Result<(), PlanError> {
-    for attribute in start.attributes() {
+    for attribute in start.attributes().with_checks(false) {
         let attribute = attribute.map_err(|source| PlanError::Malformed {
             position: reader.buffer_position(),
             source: source.into(),
@@ -635,7 +652,7 @@ fn metadata_entry(
         numa_node: None,
         numa_strict: None,
     };
-    for attribute in start.attributes() {
+    for attribute in start.attributes().with_checks(false) {
         let attribute = attribute.map_err(|source| PlanError::Malformed {
             position: reader.buffer_position(),
             source: source.into(),

@@ -291,3 +291,150 @@ fn a_stuck_service_times_out_and_the_release_is_still_recorded() {
     assert!(output.status.success(), "reconnect never fails");
     world.signal_daemon(libc::SIGCONT);
 }
+
+/// The free capacity of the simulated T4 (`available_instances` summed over its types).
+fn t4_capacity(world: &World) -> u64 {
+    let output = vgpuctl(&world.bus, None, &["--json", "types", "0000:3b:00.0"]);
+    e2e_tests::bus::vgpuctl_json(&output)
+        .as_array()
+        .expect("an array of types")
+        .iter()
+        .map(|t| t["available_instances"].as_u64().expect("a count"))
+        .sum()
+}
+
+/// The domain `vm-a` as it looks after its vGPU was hot-unplugged: no metadata, no hostdev.
+fn unplugged(uuid: &str) -> String {
+    format!(
+        "<domain type='kvm'>\n  <name>vm-a</name>\n  <uuid>{uuid}</uuid>\n  <memory unit='KiB'>1048576</memory>\n  <devices>\n    <disk type='file' device='disk'/>\n  </devices>\n</domain>\n"
+    )
+}
+
+#[test]
+fn release_goes_by_the_domain_uuid_when_the_xml_no_longer_names_the_vgpu() {
+    let world = World::start();
+    let free = t4_capacity(&world);
+    let xml = domain("vm-a", VM_A, &[("nvidia-t4-2q", MDEV_1)]);
+    let output = world.hook("vm-a", "prepare", "begin", &xml);
+    assert!(output.status.success(), "prepare: {}", stderr_of(&output));
+    assert_eq!(world.instance(MDEV_1).unwrap()["holder"], "vm-a");
+    assert!(t4_capacity(&world) < free, "the claim takes capacity");
+
+    // The vGPU was hot-unplugged: the XML libvirt passes at release names none.
+    let output = world.hook("vm-a", "release", "end", &unplugged(VM_A));
+    assert!(output.status.success(), "release: {}", stderr_of(&output));
+    assert!(
+        world.instance(MDEV_1).is_none(),
+        "the transient instance was released and destroyed"
+    );
+    assert_eq!(t4_capacity(&world), free, "the capacity is back");
+    assert!(
+        !world
+            .root
+            .path()
+            .join("var/lib/mdev-manager/domains")
+            .join(VM_A)
+            .exists(),
+        "the domain left the service's index"
+    );
+}
+
+#[test]
+fn release_of_a_domain_holding_nothing_never_asks_the_service() {
+    let world = World::start();
+    // Another domain holds a vGPU, so the index exists and is not empty.
+    let xml = domain("vm-a", VM_A, &[("nvidia-t4-2q", MDEV_1)]);
+    let output = world.hook("vm-a", "prepare", "begin", &xml);
+    assert!(output.status.success(), "prepare: {}", stderr_of(&output));
+    assert!(world
+        .root
+        .path()
+        .join("var/lib/mdev-manager/domains")
+        .join(VM_A)
+        .exists());
+
+    // A stopped service would make any call time out (exit 1, a pending record): the release
+    // of a domain without vGPUs that the index does not list must not make one.
+    world.signal_daemon(libc::SIGSTOP);
+    let output = world.hook_with_timeout("vm-b", "release", "end", &unplugged(VM_B), "2");
+    let stderr = stderr_of(&output);
+    world.signal_daemon(libc::SIGCONT);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    assert!(!world.pending_dir().exists(), "nothing recorded");
+}
+
+#[test]
+fn release_of_an_unplugged_domain_with_the_daemon_down_is_recorded_by_its_uuid() {
+    let mut world = World::start();
+    let xml = domain("vm-a", VM_A, &[("nvidia-t4-2q", MDEV_1)]);
+    let output = world.hook("vm-a", "prepare", "begin", &xml);
+    assert!(output.status.success(), "prepare: {}", stderr_of(&output));
+
+    world.stop_daemon();
+    let output = world.hook("vm-a", "release", "end", &unplugged(VM_A));
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let record = world.pending_dir().join(VM_A);
+    assert_eq!(std::fs::read_to_string(&record).unwrap(), "vm-a");
+
+    world.daemon = Some(start_daemon(&world.bus, world.root.path(), "default"));
+    wait_for(Duration::from_secs(10), || !record.exists())
+        .expect("the daemon finished the pending release");
+    assert!(world.instance(MDEV_1).is_none());
+}
+
+#[test]
+fn release_with_the_daemon_down_lands_in_the_state_dir_of_the_config_file() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let root = tempfile::tempdir().unwrap();
+    let config = root.path().join("etc/mdev-manager/mdev-manager.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(
+        &config,
+        "# moved off /var/lib\nstate_dir = \"/srv/vgpu-state\"  # where the service keeps state\n",
+    )
+    .unwrap();
+    let state_dir = root.path().join("srv/vgpu-state");
+    let daemon = common::start_daemon_configured(&bus, root.path());
+    let xml = domain("vm-a", VM_A, &[("nvidia-t4-2q", MDEV_1)]);
+    let output = run_hook_on(
+        &bus,
+        root.path(),
+        ["vm-a", "prepare", "begin", "-"],
+        &xml,
+        "30",
+    );
+    assert!(output.status.success(), "prepare: {}", stderr_of(&output));
+    assert!(
+        state_dir.join("state.json").exists(),
+        "the daemon keeps its state where the config says"
+    );
+
+    daemon.terminate().expect("stop mdev-manager");
+    wait_name_released(&bus).expect("the bus name is released");
+    let output = run_hook_on(
+        &bus,
+        root.path(),
+        ["vm-a", "release", "end", "-"],
+        &xml,
+        "30",
+    );
+    assert!(output.status.success(), "release: {}", stderr_of(&output));
+    let record = state_dir.join("pending-releases").join(VM_A);
+    assert_eq!(
+        std::fs::read_to_string(&record).ok().as_deref(),
+        Some("vm-a"),
+        "the record is in the configured state directory; files: {:?}",
+        e2e_tests::bus::files_under(root.path())
+    );
+    assert!(!root.path().join("var/lib/mdev-manager").exists());
+
+    let _daemon = common::start_daemon_configured(&bus, root.path());
+    wait_for(Duration::from_secs(10), || !record.exists())
+        .expect("the daemon finished the pending release and deleted its record");
+    let held: Vec<Value> = common::instances(&bus)
+        .into_iter()
+        .filter(|i| i["holder"] == "vm-a")
+        .collect();
+    assert!(held.is_empty(), "vm-a holds nothing: {held:?}");
+}

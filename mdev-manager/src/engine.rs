@@ -30,6 +30,7 @@ pub use crate::reconcile::Reconciled;
 pub use crate::state::{Claim, DiskFiles, InstanceKind, Owner, Scheduling, StateFiles};
 
 use crate::discovery::{self, layout, names};
+use crate::domain_index;
 use crate::host::HostFs;
 use crate::lifecycle::{self, BoundedWriter, Host};
 use crate::state::{self, InstanceRecord, StateFile};
@@ -745,6 +746,7 @@ impl Engine {
         config: EngineConfig,
     ) -> Result<Self, EngineError> {
         let state = state::load(files.as_ref(), &config.state_dir)?;
+        domain_index::rebuild(files.as_ref(), &config.state_dir, &state)?;
         let profiles = profiles::ProfileSet::load(files.as_ref(), &config.profiles_dir, false)?;
         let writer = BoundedWriter::new(Arc::clone(&host), config.write_timeout);
         Ok(Self {
@@ -1621,7 +1623,10 @@ impl Engine {
     ) -> Result<R, EngineError> {
         let mut state = lock(&self.state);
         let result = change(&mut state);
-        state::save(self.files.as_ref(), &self.config.state_dir, &state)?;
+        let (files, state_dir) = (self.files.as_ref(), &self.config.state_dir);
+        domain_index::commit(files, state_dir, &state, || {
+            state::save(files, state_dir, &state)
+        })?;
         Ok(result)
     }
 

@@ -5,6 +5,7 @@
 pub mod conformance;
 pub mod daemon;
 pub mod discovery;
+pub mod domain_index;
 pub mod engine;
 pub mod error;
 pub mod holders;

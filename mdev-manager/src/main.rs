@@ -299,6 +299,22 @@ async fn serve() -> Result<()> {
         }
         _ => {}
     }
+    if let (Some(dir), None) = (&cli.state_dir, &sim) {
+        // The libvirt hook learns the state directory from the config file only; a release it
+        // records while the service is down would go where the service does not look.
+        let configured = config
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| EngineConfig::default().state_dir);
+        if *dir != configured {
+            tracing::warn!(
+                state_dir = %dir.display(),
+                config_state_dir = %configured.display(),
+                "--state-dir differs from the config file's state_dir, which the libvirt hook reads; set state_dir in {} instead",
+                config_path.display()
+            );
+        }
+    }
     if let Some(dir) = &cli.profiles_dir {
         engine_config.profiles_dir = dir.clone();
     }

@@ -250,7 +250,8 @@ pub struct Process {
 }
 
 impl Process {
-    fn new(child: Child, name: &'static str) -> Self {
+    /// Takes charge of `child` (named `name` in messages).
+    pub fn new(child: Child, name: &'static str) -> Self {
         Self {
             child: Some(child),
             name,

@@ -85,3 +85,24 @@ pub fn instances(bus: &TestBus) -> Vec<Value> {
         .cloned()
         .unwrap_or_default()
 }
+
+/// The `mdev-manager` daemon on the default simulated host with the host root `root` and no
+/// `--state-dir`: its state directory is what `<root>/etc/mdev-manager/mdev-manager.toml`
+/// says (or the default), as on a host. Returns once it owns its bus name.
+pub fn start_daemon_configured(bus: &TestBus, root: &Path) -> Process {
+    let child = Command::new(e2e_tests::bus::workspace_binary("mdev-manager"))
+        .args(["--simulate", "default", "--root"])
+        .arg(root)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus.address())
+        .env("MDEV_MANAGER_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start mdev-manager");
+    let process = Process::new(child, "mdev-manager");
+    e2e_tests::bus::wait_for(std::time::Duration::from_secs(30), || {
+        e2e_tests::bus::name_has_owner(&bus.address(), dbus_api::names::BUS_NAME)
+    })
+    .expect("mdev-manager takes its bus name");
+    process
+}
