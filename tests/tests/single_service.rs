@@ -53,7 +53,7 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 /// 60 s, then kills it and fails naming what it printed) for it to exit; returns its status
 /// and stderr.
 fn run_refused_daemon(bus: &TestBus, state_dir: &Path) -> (ExitStatus, String) {
-    let stderr_path = state_dir.with_extension("second.stderr");
+    let stderr_path = bus.dir().join("refused-daemon.stderr");
     let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
     let mut child = Command::new(workspace_binary("mdev-manager"))
         .args(["--simulate", "default", "--state-dir"])
@@ -118,25 +118,31 @@ async fn a_second_service_on_the_same_state_directory_exits_naming_the_lock_and_
     let files_before = snapshot(&state);
     let list_before = list_json(&bus);
 
-    let (status, stderr) = run_refused_daemon(&bus, &state);
+    // On the same bus, and on another bus (where only the lock can stop it).
+    let other_bus = TestBus::start().expect("a second dbus-daemon");
+    for (which, bus) in [("the same bus", &bus), ("another bus", &other_bus)] {
+        let (status, stderr) = run_refused_daemon(bus, &state);
 
-    assert!(!status.success(), "the second service exited {status}");
-    let lock = state.join(LOCK_FILE_NAME);
-    assert!(
-        stderr.contains(&lock.display().to_string()) && stderr.contains(&format!("pid {first_pid}")),
-        "the message names neither the lock file {} nor the holder's pid {first_pid}:\n{stderr}",
-        lock.display()
-    );
-    assert!(
-        !stderr.contains("ready"),
-        "the second service said it was ready:\n{stderr}"
-    );
-    assert_eq!(
-        snapshot(&state),
-        files_before,
-        "the second service changed the state directory"
-    );
-    assert!(pending.exists(), "the second service ran a reconcile");
+        assert!(!status.success(), "on {which} the second service exited {status}");
+        let lock = state.join(LOCK_FILE_NAME);
+        assert!(
+            stderr.contains(&lock.display().to_string())
+                && stderr.contains(&format!("pid {first_pid}")),
+            "on {which} the message names neither the lock file {} nor the holder's pid \
+             {first_pid}:\n{stderr}",
+            lock.display()
+        );
+        assert!(
+            !stderr.contains("ready"),
+            "on {which} the second service said it was ready:\n{stderr}"
+        );
+        assert_eq!(
+            snapshot(&state),
+            files_before,
+            "on {which} the second service changed the state directory"
+        );
+        assert!(pending.exists(), "on {which} the second service ran a reconcile");
+    }
     assert_eq!(
         name_owner(&bus).await,
         (owner_before, first_pid),
@@ -178,6 +184,28 @@ async fn a_second_service_on_the_same_bus_with_another_state_directory_exits_nam
         "the second service ran its start-up reconcile before finding the name taken:\n{stderr}"
     );
     assert_eq!(name_owner(&bus).await, (owner, first_pid));
+    assert!(list_json(&bus).starts_with('['));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_asking_to_replace_the_service_does_not_get_its_name() {
+    let bus = TestBus::start().expect("dbus-daemon");
+    let state = state_dir(&bus, "state-");
+    let _service = start_service_in(&bus, "default", &state, "info", &[]).expect("service");
+    let before = name_owner(&bus).await;
+    let intruder = bus.connect().await;
+    let reply = zbus::fdo::DBusProxy::new(&intruder)
+        .await
+        .expect("DBus proxy")
+        .request_name(
+            BUS_NAME.try_into().expect("bus name"),
+            zbus::fdo::RequestNameFlags::REPLACE_EXISTING
+                | zbus::fdo::RequestNameFlags::DO_NOT_QUEUE,
+        )
+        .await
+        .expect("RequestName is answered");
+    assert_eq!(reply, zbus::fdo::RequestNameReply::Exists);
+    assert_eq!(name_owner(&bus).await, before, "the name changed hands");
     assert!(list_json(&bus).starts_with('['));
 }
 
