@@ -296,8 +296,9 @@ async fn serve() -> Result<()> {
 
     let files = Arc::new(DiskFiles::new(&cli.root));
     // Under the lock no other writer is alive: a temporary state file is a killed writer's.
-    let stale = mdev_manager::state::remove_stale_temp_files(files.as_ref(), &engine_config.state_dir)
-        .context("cannot clear the state directory's temporary files")?;
+    let stale =
+        mdev_manager::state::remove_stale_temp_files(files.as_ref(), &engine_config.state_dir)
+            .context("cannot clear the state directory's temporary files")?;
     for path in stale {
         tracing::info!(path = %path.display(), "removed a temporary state file a killed writer left");
     }

@@ -83,7 +83,9 @@ fn run_refused_daemon(bus: &TestBus, state_dir: &Path) -> (ExitStatus, String) {
 /// The unique name and pid of the connection owning the service's name now.
 async fn name_owner(bus: &TestBus) -> (String, u32) {
     let connection = bus.connect().await;
-    let dbus = zbus::fdo::DBusProxy::new(&connection).await.expect("DBus proxy");
+    let dbus = zbus::fdo::DBusProxy::new(&connection)
+        .await
+        .expect("DBus proxy");
     let owner = dbus
         .get_name_owner(BUS_NAME.try_into().expect("bus name"))
         .await
@@ -102,8 +104,7 @@ fn list_json(bus: &TestBus) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_second_service_on_the_same_state_directory_exits_naming_the_lock_and_changes_nothing()
-{
+async fn a_second_service_on_the_same_state_directory_exits_naming_the_lock_and_changes_nothing() {
     let bus = TestBus::start().expect("dbus-daemon");
     let state = state_dir(&bus, "state-");
     let first = start_service_in(&bus, "default", &state, "info", &[]).expect("first service");
@@ -123,7 +124,10 @@ async fn a_second_service_on_the_same_state_directory_exits_naming_the_lock_and_
     for (which, bus) in [("the same bus", &bus), ("another bus", &other_bus)] {
         let (status, stderr) = run_refused_daemon(bus, &state);
 
-        assert!(!status.success(), "on {which} the second service exited {status}");
+        assert!(
+            !status.success(),
+            "on {which} the second service exited {status}"
+        );
         let lock = state.join(LOCK_FILE_NAME);
         assert!(
             stderr.contains(&lock.display().to_string())
@@ -141,7 +145,10 @@ async fn a_second_service_on_the_same_state_directory_exits_naming_the_lock_and_
             files_before,
             "on {which} the second service changed the state directory"
         );
-        assert!(pending.exists(), "on {which} the second service ran a reconcile");
+        assert!(
+            pending.exists(),
+            "on {which} the second service ran a reconcile"
+        );
     }
     assert_eq!(
         name_owner(&bus).await,

@@ -73,7 +73,9 @@ pub enum SingleInstanceError {
     #[error("lost the bus name {BUS_NAME} while serving; exiting so that it can be restarted")]
     NameLost,
     /// The bus connection closed while serving.
-    #[error("the bus connection closed while serving {BUS_NAME}; exiting so that it can be restarted")]
+    #[error(
+        "the bus connection closed while serving {BUS_NAME}; exiting so that it can be restarted"
+    )]
     Disconnected,
 }
 
@@ -180,7 +182,10 @@ pub async fn ensure_name_unowned(connection: &Connection) -> Result<(), SingleIn
     let dbus = DBusProxy::new(connection)
         .await
         .map_err(SingleInstanceError::Bus)?;
-    match owner_of_name(&dbus).await.map_err(SingleInstanceError::Bus)? {
+    match owner_of_name(&dbus)
+        .await
+        .map_err(SingleInstanceError::Bus)?
+    {
         None => Ok(()),
         Some((owner, holder)) => Err(SingleInstanceError::NameTaken { owner, holder }),
     }
@@ -246,9 +251,7 @@ impl NameWatch {
             // The match rule already names the service's name; check it anyway (a bus may
             // send NameLost for every name the connection had).
             match signal.args() {
-                Ok(args) if args.name.as_str() == BUS_NAME => {
-                    return SingleInstanceError::NameLost
-                }
+                Ok(args) if args.name.as_str() == BUS_NAME => return SingleInstanceError::NameLost,
                 _ => continue,
             }
         }
@@ -269,7 +272,10 @@ mod tests {
         // flock locks belong to the open file, so a second open in this process conflicts
         // like another process would.
         let error = StateDirLock::acquire(dir.path()).unwrap_err().to_string();
-        assert!(error.contains(&first.path().display().to_string()), "{error}");
+        assert!(
+            error.contains(&first.path().display().to_string()),
+            "{error}"
+        );
         assert!(
             error.contains(&format!("pid {}", std::process::id())),
             "{error}"
@@ -289,10 +295,8 @@ mod tests {
         let path = dir.path().join(LOCK_FILE_NAME);
         let file = File::create(&path).unwrap();
         // SAFETY: flock(2) on a descriptor `file` owns.
-        assert_eq!(
-            unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
-            0
-        );
+        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(locked, 0);
         let error = StateDirLock::acquire(dir.path()).unwrap_err().to_string();
         assert!(error.contains("pid unknown"), "{error}");
     }
