@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use dbus_api::BusError;
-use mdev_manager::daemon::auth::{AuthRequest, Authorizer, BoxFuture, Permission, Polkit};
+use mdev_manager::daemon::auth::{Authorizer, Polkit};
+use mdev_manager::daemon::single_instance::{self, NameWatch, StateDirLock};
 use mdev_manager::daemon::Service;
 use mdev_manager::engine::{DiskFiles, Engine, EngineConfig, PciAddress, PlacementRequest};
 use mdev_manager::host::{HostFs, RealFs};
@@ -203,43 +203,6 @@ fn open_host(cli: &Cli) -> Result<OpenedHost> {
     }
 }
 
-/// [`Polkit`] once its bus connection is made (at start-up, concurrently with the service's
-/// own start). A question asked before then waits for it; none can be, in practice: the bus
-/// name is taken after the connection is in place.
-#[derive(Debug)]
-struct PolkitOnceConnected(tokio::sync::watch::Receiver<Option<Polkit>>);
-
-impl PolkitOnceConnected {
-    async fn polkit(&self) -> Option<Polkit> {
-        let mut ready = self.0.clone();
-        let polkit = ready.wait_for(Option::is_some).await.ok()?;
-        polkit.clone()
-    }
-}
-
-impl Authorizer for PolkitOnceConnected {
-    fn check(&self, request: AuthRequest) -> BoxFuture<'_, Result<(), BusError>> {
-        Box::pin(async move {
-            match self.polkit().await {
-                Some(polkit) => polkit.check(request).await,
-                None => Err(BusError::Failed(format!(
-                    "cannot check {}: the service has no bus connection for polkit",
-                    request.action
-                ))),
-            }
-        })
-    }
-
-    fn permission(&self, request: AuthRequest) -> BoxFuture<'_, Permission> {
-        Box::pin(async move {
-            match self.polkit().await {
-                Some(polkit) => polkit.permission(request).await,
-                None => Permission::No,
-            }
-        })
-    }
-}
-
 /// glibc malloc arenas the daemon may use. glibc's default (8 per CPU) gives each thread that
 /// meets contention an arena of its own, which keeps freed memory resident per thread; the
 /// service's work is one engine call at a time per request, so one arena costs no throughput
@@ -332,15 +295,29 @@ async fn serve() -> Result<()> {
             engine_config.state_dir.display()
         );
     }
+    // One service per state directory: the lock comes before the state is read or the host
+    // touched, and is held until the process ends.
+    let state_dir_on_disk = RealFs::new(&cli.root)
+        .resolve(&engine_config.state_dir)
+        .with_context(|| format!("state directory {}", engine_config.state_dir.display()))?;
+    let state_dir_lock = StateDirLock::acquire(&state_dir_on_disk)?;
     tracing::info!(
         simulated = sim.is_some(),
         root = %cli.root.display(),
         state_dir = %engine_config.state_dir.display(),
         profiles_dir = %engine_config.profiles_dir.display(),
+        lock = %state_dir_lock.path().display(),
         "starting"
     );
 
     let files = Arc::new(DiskFiles::new(&cli.root));
+    // Under the lock no other writer is alive: a temporary state file is a killed writer's.
+    let stale =
+        mdev_manager::state::remove_stale_temp_files(files.as_ref(), &engine_config.state_dir)
+            .context("cannot clear the state directory's temporary files")?;
+    for path in stale {
+        tracing::info!(path = %path.display(), "removed a temporary state file a killed writer left");
+    }
     let engine =
         Arc::new(Engine::new(host, files, engine_config).context("cannot open the engine")?);
 
@@ -352,30 +329,28 @@ async fn serve() -> Result<()> {
         zbus::connection::Builder::system()
     };
     // Polkit needs a connection of its own to ask polkitd from inside method handlers; it is
-    // made on the same bus as the service, while the service starts (the start-up reconcile
-    // runs on other threads meanwhile), and is in place before the name is taken.
-    let polkit_connection = async {
-        if let Some(address) = &cli.address {
-            zbus::connection::Builder::address(address.as_str())
-                .build()
-                .await
-        } else if cli.session {
-            zbus::Connection::session().await
-        } else {
-            zbus::Connection::system().await
-        }
-    };
-    let (polkit, polkit_ready) = tokio::sync::watch::channel(None);
-    let authorizer: Arc<dyn Authorizer> = Arc::new(PolkitOnceConnected(polkit_ready));
+    // made on the same bus as the service first, and asks the bus whether another service
+    // owns the name: if one does, this one stops before its start-up reconcile touches the host.
+    let polkit_connection = if let Some(address) = &cli.address {
+        zbus::connection::Builder::address(address.as_str())
+            .build()
+            .await
+    } else if cli.session {
+        zbus::Connection::session().await
+    } else {
+        zbus::Connection::system().await
+    }
+    .context("cannot connect to the bus")?;
+    single_instance::ensure_name_unowned(&polkit_connection).await?;
+    let authorizer: Arc<dyn Authorizer> = Arc::new(Polkit::new(polkit_connection));
     let service = Service::new(engine.clone(), authorizer, features);
     if sim.is_none() {
         service.enable_probe(cli.root.clone());
     }
-    let (polkit_connection, connection) =
-        tokio::join!(polkit_connection, service.serve(builder, !cli.no_reconcile));
-    let polkit_connection = polkit_connection.context("cannot connect to the bus")?;
-    polkit.send_replace(Some(Polkit::new(polkit_connection)));
-    let connection = connection.context("cannot start the service")?;
+    let connection = service
+        .serve(builder, !cli.no_reconcile)
+        .await
+        .context("cannot start the service")?;
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let hotplug = mdev_manager::daemon::host_events(
@@ -384,18 +359,30 @@ async fn serve() -> Result<()> {
         cli.root == std::path::Path::new("/"),
         &stop,
     );
-    Service::request_name(&connection)
-        .await
-        .context("cannot take the bus name (is another mdev-manager running?)")?;
+    // Watching before asking, so a loss right after the request is not missed.
+    let mut name_watch = NameWatch::new(&connection).await?;
+    Service::request_name(&connection).await?;
     tracing::info!(name = dbus_api::names::BUS_NAME, "ready");
 
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
+    // A service without its name serves nobody: it says so and exits non-zero (after the same
+    // clean-up as a stop), and systemd's Restart=on-failure starts it again.
+    let outcome = tokio::select! {
+        _ = term.recv() => {
+            tracing::info!("SIGTERM: shutting down");
+            Ok(())
+        }
+        _ = int.recv() => {
+            tracing::info!("SIGINT: shutting down");
+            Ok(())
+        }
+        lost = name_watch.lost() => {
+            tracing::error!("{lost}");
+            Err(lost)
+        }
+    };
     // Give the name back first so clients see the service go away, then stop the host events.
     let _ = connection.release_name(dbus_api::names::BUS_NAME).await;
     // Running jobs stop at their next step and roll back (a wait for a parent could otherwise
@@ -410,7 +397,8 @@ async fn serve() -> Result<()> {
     }
     drop(connection);
     tracing::info!("stopped");
-    Ok(())
+    drop(state_dir_lock);
+    Ok(outcome?)
 }
 
 #[cfg(test)]
@@ -421,34 +409,6 @@ mod tests {
     fn settings(text: &str) -> Result<(PlacementRequest, Vec<String>)> {
         let config: ConfigFile = toml::from_str(text)?;
         config.placement_settings(Path::new("/etc/mdev-manager/mdev-manager.toml"))
-    }
-
-    /// Without a polkit connection (it could not be made), a question is refused naming the
-    /// action, and no permission is reported: nothing is let through by default.
-    #[test]
-    fn an_authorizer_without_its_connection_refuses() {
-        let (sender, ready) = tokio::sync::watch::channel(None);
-        drop(sender);
-        let authorizer = PolkitOnceConnected(ready);
-        let request = || AuthRequest {
-            action: "org.mdevmanager.vgpu1.manage-instances",
-            details: Default::default(),
-            sender: None,
-            subject: None,
-            interactive: false,
-        };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let error = runtime
-            .block_on(authorizer.check(request()))
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("manage-instances"), "{error}");
-        assert_eq!(
-            runtime.block_on(authorizer.permission(request())),
-            Permission::No
-        );
     }
 
     #[test]

@@ -24,6 +24,15 @@ pub const STATE_FILE_NAME: &str = "state.json";
 /// Directory (inside the state directory) where the hook leaves releases it could not deliver.
 pub const PENDING_RELEASES_DIR: &str = "pending-releases";
 
+/// What [`DiskFiles::write_atomic`] puts between a file's name and the writer's pid to name
+/// its temporary file (`state.json.tmp.1234`).
+const TEMP_INFIX: &str = ".tmp.";
+
+/// The files of the state directory's top level that only the daemon writes. Their temporary
+/// files (`<name>.tmp.<pid>`) are the daemon's alone, so [`remove_stale_temp_files`] may
+/// remove them; the hook's files (under [`PENDING_RELEASES_DIR`]) are never touched.
+pub const DAEMON_WRITTEN_FILES: &[&str] = &[STATE_FILE_NAME];
+
 /// What kind of device an instance is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -265,7 +274,7 @@ impl StateFiles for DiskFiles {
         })?;
         std::fs::create_dir_all(dir)?;
         let mut temp_name = target.file_name().unwrap_or_default().to_owned();
-        temp_name.push(format!(".tmp.{}", std::process::id()));
+        temp_name.push(format!("{TEMP_INFIX}{}", std::process::id()));
         let temp = dir.join(temp_name);
         let result = (|| {
             let mut file = std::fs::File::create(&temp)?;
@@ -342,9 +351,114 @@ pub fn save(files: &dyn StateFiles, state_dir: &Path, state: &StateFile) -> Resu
         })
 }
 
+/// Removes the temporary files a writer killed inside [`StateFiles::write_atomic`] left in
+/// `state_dir` (`state.json.tmp.<pid>`; see [`DAEMON_WRITTEN_FILES`]) and returns their
+/// paths. Call it only while holding the state directory's lock
+/// ([`crate::daemon::single_instance::StateDirLock`]): then no live writer's file is among them.
+pub fn remove_stale_temp_files(
+    files: &dyn StateFiles,
+    state_dir: &Path,
+) -> Result<Vec<PathBuf>, StateError> {
+    let names = files.list(state_dir).map_err(|source| StateError::Io {
+        op: "list",
+        path: state_dir.to_path_buf(),
+        source,
+    })?;
+    let mut removed = Vec::new();
+    for name in names {
+        let Some(name) = name.to_str() else { continue };
+        if !is_temp_file_of_daemon_file(name) {
+            continue;
+        }
+        let path = state_dir.join(name);
+        files.remove(&path).map_err(|source| StateError::Io {
+            op: "remove",
+            path: path.clone(),
+            source,
+        })?;
+        removed.push(path);
+    }
+    removed.sort();
+    Ok(removed)
+}
+
+/// Whether `name` is `<one of DAEMON_WRITTEN_FILES>.tmp.<digits>`.
+fn is_temp_file_of_daemon_file(name: &str) -> bool {
+    DAEMON_WRITTEN_FILES.iter().any(|file| {
+        name.strip_prefix(file)
+            .and_then(|rest| rest.strip_prefix(TEMP_INFIX))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stale_temp_files_of_the_state_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = DiskFiles::new(dir.path());
+        let state_dir = Path::new("/var/lib/mdev-manager");
+        let mut state = StateFile::default();
+        state.parents.insert(
+            "0000:4b:00.0".into(),
+            ParentRecord {
+                schedule: None,
+                num_vfs: Some(2),
+            },
+        );
+        save(&files, state_dir, &state).unwrap();
+        let real_dir = dir.path().join("var/lib/mdev-manager");
+        for name in ["state.json.tmp.41", "state.json.tmp.1234567"] {
+            std::fs::write(real_dir.join(name), b"{\"schema_ver").unwrap();
+        }
+        // Not temporary files of the daemon's: kept.
+        let kept = [
+            "state.json.tmp.",
+            "state.json.tmp.12x",
+            "notes.tmp.12",
+            "mdev-manager.lock",
+        ];
+        for name in kept {
+            std::fs::write(real_dir.join(name), b"x").unwrap();
+        }
+        std::fs::create_dir_all(real_dir.join(PENDING_RELEASES_DIR)).unwrap();
+        std::fs::write(
+            real_dir
+                .join(PENDING_RELEASES_DIR)
+                .join("state.json.tmp.77"),
+            b"x",
+        )
+        .unwrap();
+
+        let removed = remove_stale_temp_files(&files, state_dir).unwrap();
+        assert_eq!(
+            removed,
+            [
+                state_dir.join("state.json.tmp.1234567"),
+                state_dir.join("state.json.tmp.41")
+            ]
+        );
+        let mut left: Vec<_> = std::fs::read_dir(&real_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut expected: Vec<String> = kept.iter().map(|n| n.to_string()).collect();
+        expected.push(PENDING_RELEASES_DIR.into());
+        expected.push(STATE_FILE_NAME.into());
+        expected.sort();
+        assert_eq!(left, expected);
+        assert!(real_dir
+            .join(PENDING_RELEASES_DIR)
+            .join("state.json.tmp.77")
+            .exists());
+        assert_eq!(load(&files, state_dir).unwrap(), state);
+        assert!(remove_stale_temp_files(&files, state_dir)
+            .unwrap()
+            .is_empty());
+    }
 
     #[test]
     fn save_then_load_round_trips_and_leaves_no_temp_files() {

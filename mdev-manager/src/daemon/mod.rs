@@ -12,6 +12,7 @@ pub mod interfaces;
 pub mod model;
 pub mod options;
 pub mod schedule;
+pub mod single_instance;
 #[cfg(test)]
 mod tests;
 
@@ -49,6 +50,9 @@ pub enum DaemonError {
     /// The engine task panicked.
     #[error("the engine task died while starting the service")]
     Join(#[source] tokio::task::JoinError),
+    /// Another service owns the bus name (or the bus would only queue the request).
+    #[error("cannot take the bus name")]
+    Name(#[source] single_instance::SingleInstanceError),
 }
 
 /// The daemon's one mapping of the engine's failure classes onto the D-Bus error kinds: 1:1,
@@ -261,12 +265,13 @@ impl Service {
         Ok(connection)
     }
 
-    /// Takes the well-known name (after [`Service::serve`] registered the objects).
+    /// Takes the well-known name (after [`Service::serve`] registered the objects): never
+    /// from another owner, never queued, never offered for replacement
+    /// ([`single_instance::take_bus_name`]).
     pub async fn request_name(connection: &Connection) -> Result<(), DaemonError> {
-        connection
-            .request_name(BUS_NAME)
+        single_instance::take_bus_name(connection)
             .await
-            .map_err(DaemonError::Bus)
+            .map_err(DaemonError::Name)
     }
 
     fn publish_reconcile(&self, report: &ReconcileReport) {

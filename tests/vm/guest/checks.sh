@@ -342,6 +342,7 @@ group_product() {
   fi
   check product.parents product_parents
   check product.create_from_profile product_create
+  check product.second_daemon_refused product_second_daemon
   check product.no_capacity_changes_nothing product_no_capacity
   check product.foreign_mdev_left_alone product_foreign
   check product.reconcile_after_kill product_reconcile
@@ -1048,4 +1049,46 @@ unload_parent() {
   echo 1 >"/sys/bus/mdev/devices/$kept/remove"
   modprobe mdpy count=4
   echo "rmmod mdpy removed its mdev $gone and kept mtty's $kept"
+}
+
+# ---- One service per host (issue 14, item 9) ----------------------------------------------
+# A second mdev-manager started beside the running one: on the same state directory it stops
+# on the lock, with another state directory it stops on the bus name before its start-up
+# reconcile. Each time it exits non-zero naming the holder, sysfs and state.json are unchanged,
+# and the first still owns the name and answers.
+product_second_daemon() {
+  local first state_before mdevs_before output status other pending
+  first="$(recall daemon_pid)"
+  state_before="$(sha256sum /var/lib/mdev-manager/state.json)" || return 1
+  mdevs_before="$(ls /sys/bus/mdev/devices | tr '\n' ' ')"
+
+  status=0
+  output="$(NO_COLOR=1 timeout 60 "$bin/mdev-manager" 2>&1)" || status=$?
+  [ "$status" != 0 ] && [ "$status" != 124 ] ||
+    { echo "second daemon on the same state directory: exit $status (124: still running after 60 s): $output"; return 1; }
+  [[ "$output" == *"/var/lib/mdev-manager/mdev-manager.lock"* && "$output" == *"pid $first"* ]] ||
+    { echo "the refusal names neither the lock file nor pid $first: $output"; return 1; }
+  local lock_message
+  lock_message="$(grep -m1 'lock file' <<<"$output")"
+
+  other="$(mktemp -d)"
+  mkdir "$other/pending-releases"
+  # Only a start-up reconcile would finish (and delete) this release.
+  pending="$other/pending-releases/$(new_uuid)"
+  echo vmtier >"$pending"
+  status=0
+  output="$(NO_COLOR=1 timeout 60 "$bin/mdev-manager" --state-dir "$other" 2>&1)" || status=$?
+  [ "$status" != 0 ] && [ "$status" != 124 ] ||
+    { echo "second daemon with another state directory: exit $status (124: still running after 60 s): $output"; return 1; }
+  [[ "$output" == *"org.mdevmanager.VGpu1 is owned by"*"pid $first"* ]] ||
+    { echo "the refusal does not name the bus name's owner (pid $first): $output"; return 1; }
+  [ -f "$pending" ] || { echo "the second daemon ran its start-up reconcile before finding the name taken"; return 1; }
+  rm -rf "$other"
+
+  [ "$(sha256sum /var/lib/mdev-manager/state.json)" = "$state_before" ] || { echo "state.json changed"; return 1; }
+  [ "$(ls /sys/bus/mdev/devices | tr '\n' ' ')" = "$mdevs_before" ] ||
+    { echo "mdevs changed from '$mdevs_before' to '$(ls /sys/bus/mdev/devices | tr '\n' ' ')'"; return 1; }
+  running "$first" || { echo "the first daemon (pid $first) is gone"; return 1; }
+  vgpuctl list >/dev/null || { echo "vgpuctl list fails after the second daemon exited"; return 1; }
+  echo "refused: $lock_message; and on the bus name; the first (pid $first) still answers vgpuctl list"
 }
