@@ -266,7 +266,7 @@ async fn prometheus_scrapes_the_exporter_and_sees_creates_destroys_and_errors() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn textfile_mode_writes_the_same_families_atomically_and_promtool_accepts_it() {
+async fn textfile_mode_writes_atomically_counts_jobs_and_promtool_accepts_it() {
     if !have_prometheus() {
         return;
     }
@@ -274,6 +274,13 @@ async fn textfile_mode_writes_the_same_families_atomically_and_promtool_accepts_
     let connection = bus.connect().await;
     let manager = ManagerProxy::new(&connection).await.expect("Manager proxy");
     let created = create(&manager, 2).await;
+    // A Job (VF enablement) is counted when its work ends.
+    let sriov = e2e_tests::bus::vgpuctl(&bus, None, &["sriov", "0000:4b:00.0", "--vfs", "2"]);
+    assert!(
+        sriov.status.success(),
+        "{}",
+        e2e_tests::bus::stderr_of(&sriov)
+    );
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("mdev_manager.prom");
     let status = Command::new(package_binary("metrics-exporter", "mdev-manager-exporter"))
@@ -293,6 +300,13 @@ async fn textfile_mode_writes_the_same_families_atomically_and_promtool_accepts_
             "{uuid} missing from\n{text}"
         );
     }
+    assert!(
+        text.contains(
+            "mdev_manager_operation_duration_seconds_count{operation=\"job:sriov-set-numvfs\"} 1\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("mdev_manager_jobs_running 0\n"), "{text}");
     // Nothing but the file is left in the directory (the temporary file was renamed).
     let names: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
