@@ -1,7 +1,8 @@
 //! Counters of the operations the service serves: per operation a latency histogram (the
 //! buckets of [`BUCKET_BOUNDS_SECONDS`]) and per operation and D-Bus error name a failure
-//! count. Every D-Bus method body runs through [`Service::metered`](super::Service::metered)
-//! and every Job's work is recorded when it ends, so this is the one place they are counted.
+//! count. Every D-Bus method body that can fail (all but `GetPermissions` and
+//! `GetOperationStats`) runs through [`Service::metered`](super::Service::metered) and every
+//! Job's work is recorded when it ends, so this is the one place they are counted.
 //! `Manager.GetOperationStats` publishes a snapshot; the exporter turns it into Prometheus
 //! metrics. Counts start at zero when the service starts (Prometheus counters may reset).
 
