@@ -8,6 +8,7 @@
 pub mod error;
 pub mod hostdev;
 pub mod names;
+pub mod operation_stats;
 pub mod path;
 pub mod proxy;
 pub mod schedule;

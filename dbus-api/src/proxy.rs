@@ -25,6 +25,9 @@ pub trait Manager {
     #[zbus(property)]
     fn reconcile_report(&self) -> zbus::Result<Vec<String>>;
 
+    /// Latency histograms and error counts of the operations served since the service
+    /// started, and the number of running jobs.
+    fn get_operation_stats(&self) -> zbus::Result<crate::operation_stats::OperationStats>;
     /// For each polkit action, whether the caller may do it: `yes`, `no` or `auth`.
     fn get_permissions(&self) -> zbus::Result<HashMap<String, String>>;
     /// Rescans the host (parents, types, instances) and reconciles.

@@ -258,6 +258,11 @@ impl Process {
         }
     }
 
+    /// Takes charge of a child started elsewhere (`name` names it in messages).
+    pub fn from_child(child: Child, name: &'static str) -> Self {
+        Self::new(child, name)
+    }
+
     /// Sends `signal` (SIGSTOP and SIGCONT make it hang and resume).
     pub fn signal(&self, signal: i32) {
         if let Some(child) = &self.child {

@@ -49,6 +49,14 @@ impl ManagerIface {
         self.service.reconcile_lines()
     }
 
+    /// Latency histograms and error counts of the operations served since the service started,
+    /// and the number of running jobs (what a Prometheus exporter publishes). Read-only: no
+    /// polkit check, like the properties.
+    #[zbus(out_args("stats"))]
+    async fn get_operation_stats(&self) -> dbus_api::operation_stats::OperationStats {
+        self.service.operation_stats()
+    }
+
     /// For each polkit action, `yes`, `auth` or `no` for the caller.
     #[zbus(out_args("permissions"))]
     async fn get_permissions(&self, #[zbus(header)] header: Header<'_>) -> HashMap<String, String> {
@@ -68,12 +76,17 @@ impl ManagerIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let options = CallOptions::parse("Rescan", options, &[])?;
-        let request = AuthRequest::new(action::RELOAD, &header, options.no_user_interaction()?)
-            .detail("verb", "rescan");
-        self.service.authorizer.check(request).await?;
-        self.service.reconcile(connection).await?;
-        Ok(())
+        self.service
+            .metered("Rescan", async {
+                let options = CallOptions::parse("Rescan", options, &[])?;
+                let request =
+                    AuthRequest::new(action::RELOAD, &header, options.no_user_interaction()?)
+                        .detail("verb", "rescan");
+                self.service.authorizer.check(request).await?;
+                self.service.reconcile(connection).await?;
+                Ok(())
+            })
+            .await
     }
 
     /// Re-reads the profile files.
@@ -83,13 +96,18 @@ impl ManagerIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let options = CallOptions::parse("ReloadProfiles", options, &[])?;
-        let request = AuthRequest::new(action::RELOAD, &header, options.no_user_interaction()?)
-            .detail("verb", "reload-profiles");
-        self.service.authorizer.check(request).await?;
-        self.service.call(|engine| engine.reload_profiles()).await?;
-        self.service.refresh(connection).await;
-        Ok(())
+        self.service
+            .metered("ReloadProfiles", async {
+                let options = CallOptions::parse("ReloadProfiles", options, &[])?;
+                let request =
+                    AuthRequest::new(action::RELOAD, &header, options.no_user_interaction()?)
+                        .detail("verb", "reload-profiles");
+                self.service.authorizer.check(request).await?;
+                self.service.call(|engine| engine.reload_profiles()).await?;
+                self.service.refresh(connection).await;
+                Ok(())
+            })
+            .await
     }
 
     /// Creates `count` instances of `profile` (all or nothing). Options: `parent s`, `uuid s`
@@ -104,18 +122,22 @@ impl ManagerIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<Vec<OwnedObjectPath>, BusError> {
-        let (requests, _) = self
-            .create_requests("CreateInstances", &profile, options, &header, &[])
-            .await?;
-        let created = self
-            .service
-            .call(move |engine| engine.create_batch(requests))
-            .await?;
-        self.service.refresh(connection).await;
-        Ok(created
-            .iter()
-            .map(|info| dbus_api::path::mdev_instance_path(&info.uuid))
-            .collect())
+        self.service
+            .metered("CreateInstances", async {
+                let (requests, _) = self
+                    .create_requests("CreateInstances", &profile, options, &header, &[])
+                    .await?;
+                let created = self
+                    .service
+                    .call(move |engine| engine.create_batch(requests))
+                    .await?;
+                self.service.refresh(connection).await;
+                Ok(created
+                    .iter()
+                    .map(|info| dbus_api::path::mdev_instance_path(&info.uuid))
+                    .collect())
+            })
+            .await
     }
 
     /// Destroys several instances with one state save. Every UUID is checked before anything
@@ -128,29 +150,33 @@ impl ManagerIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let options = CallOptions::parse("DestroyInstances", options, &[option::FORCE])?;
-        let force = options.boolean(option::FORCE)?.unwrap_or(false);
-        if uuids.is_empty() {
-            return Err(BusError::InvalidArgs(
-                "DestroyInstances: no UUIDs given".to_string(),
-            ));
-        }
-        let request = AuthRequest::new(
-            action::MANAGE_INSTANCES,
-            &header,
-            options.no_user_interaction()?,
-        )
-        .detail("verb", "destroy")
-        .detail("uuid", uuids.join(","))
-        .detail("count", uuids.len().to_string());
-        self.service.authorizer.check(request).await?;
-        let destroyed = self
-            .service
-            .call(move |engine| engine.destroy_batch(&uuids, DestroyOptions { force }))
-            .await;
-        // Refreshed also after a failure part-way: what was removed before it is gone.
-        self.service.refresh(connection).await;
-        destroyed
+        self.service
+            .metered("DestroyInstances", async {
+                let options = CallOptions::parse("DestroyInstances", options, &[option::FORCE])?;
+                let force = options.boolean(option::FORCE)?.unwrap_or(false);
+                if uuids.is_empty() {
+                    return Err(BusError::InvalidArgs(
+                        "DestroyInstances: no UUIDs given".to_string(),
+                    ));
+                }
+                let request = AuthRequest::new(
+                    action::MANAGE_INSTANCES,
+                    &header,
+                    options.no_user_interaction()?,
+                )
+                .detail("verb", "destroy")
+                .detail("uuid", uuids.join(","))
+                .detail("count", uuids.len().to_string());
+                self.service.authorizer.check(request).await?;
+                let destroyed = self
+                    .service
+                    .call(move |engine| engine.destroy_batch(&uuids, DestroyOptions { force }))
+                    .await;
+                // Refreshed also after a failure part-way: what was removed before it is gone.
+                self.service.refresh(connection).await;
+                destroyed
+            })
+            .await
     }
 
     /// Claims every device `devices` describes for the domain, all or nothing.
@@ -164,29 +190,33 @@ impl ManagerIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<Vec<OwnedObjectPath>, BusError> {
-        let (devices, _) = self
-            .prepare_requests(
-                "PrepareDomain",
-                &domain_name,
-                devices,
-                options,
-                &header,
-                &[],
-            )
-            .await?;
-        let domain = DomainRef {
-            name: domain_name,
-            uuid: domain_uuid,
-        };
-        let claimed = self
-            .service
-            .call(move |engine| engine.claim_domain(&domain, &devices))
-            .await?;
-        self.service.refresh(connection).await;
-        Ok(claimed
-            .iter()
-            .map(|info| dbus_api::path::mdev_instance_path(&info.uuid))
-            .collect())
+        self.service
+            .metered("PrepareDomain", async {
+                let (devices, _) = self
+                    .prepare_requests(
+                        "PrepareDomain",
+                        &domain_name,
+                        devices,
+                        options,
+                        &header,
+                        &[],
+                    )
+                    .await?;
+                let domain = DomainRef {
+                    name: domain_name,
+                    uuid: domain_uuid,
+                };
+                let claimed = self
+                    .service
+                    .call(move |engine| engine.claim_domain(&domain, &devices))
+                    .await?;
+                self.service.refresh(connection).await;
+                Ok(claimed
+                    .iter()
+                    .map(|info| dbus_api::path::mdev_instance_path(&info.uuid))
+                    .collect())
+            })
+            .await
     }
 
     /// Releases the domain's claims: destroys its transient instances, unclaims persistent
@@ -199,24 +229,29 @@ impl ManagerIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let options = CallOptions::parse("ReleaseDomain", options, &[])?;
-        let request = AuthRequest::new(action::ASSIGN, &header, options.no_user_interaction()?)
-            .detail("verb", "release")
-            .detail("domain", domain_name.clone());
-        self.service.authorizer.check(request).await?;
-        let domain = DomainRef {
-            name: domain_name,
-            uuid: domain_uuid,
-        };
-        let report = self
-            .service
-            .call(move |engine| engine.release_domain(&domain))
-            .await?;
-        for problem in &report.problems {
-            tracing::warn!(%problem, "release left a problem");
-        }
-        self.service.refresh(connection).await;
-        Ok(())
+        self.service
+            .metered("ReleaseDomain", async {
+                let options = CallOptions::parse("ReleaseDomain", options, &[])?;
+                let request =
+                    AuthRequest::new(action::ASSIGN, &header, options.no_user_interaction()?)
+                        .detail("verb", "release")
+                        .detail("domain", domain_name.clone());
+                self.service.authorizer.check(request).await?;
+                let domain = DomainRef {
+                    name: domain_name,
+                    uuid: domain_uuid,
+                };
+                let report = self
+                    .service
+                    .call(move |engine| engine.release_domain(&domain))
+                    .await?;
+                for problem in &report.problems {
+                    tracing::warn!(%problem, "release left a problem");
+                }
+                self.service.refresh(connection).await;
+                Ok(())
+            })
+            .await
     }
 
     /// Runs the VFIO preflight probe (vfio-probe) on `target`, an mdev UUID or the PCI address
@@ -230,38 +265,46 @@ impl ManagerIface {
         options: HashMap<String, OwnedVariant>,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<String, BusError> {
-        let options = CallOptions::parse("Probe", options, &[])?;
-        let parsed: vfio_probe::Target = target
-            .parse()
-            .map_err(|e: vfio_probe::TargetError| BusError::InvalidArgs(format!("Probe: {e}")))?;
-        // Opening a VFIO group or device is privileged and can disturb a device in use.
-        let request = AuthRequest::new(
-            action::MANAGE_INSTANCES,
-            &header,
-            options.no_user_interaction()?,
-        )
-        .detail("verb", "probe")
-        .detail("target", target.clone());
-        self.service.authorizer.check(request).await?;
-        let Some(root) = self.service.probe_root() else {
-            return Err(BusError::NotSupported(
-                "probe needs a real host: the service runs on the simulated host".to_string(),
-            ));
-        };
-        let probe_options = vfio_probe::ProbeOptions {
-            sysfs_root: root.to_path_buf(),
-            ..vfio_probe::ProbeOptions::default()
-        };
-        // The probe does ioctls and maps memory: keep it off the async workers.
-        let report =
-            tokio::task::spawn_blocking(move || vfio_probe::probe(&parsed, &probe_options))
-                .await
-                .map_err(|e| {
-                    BusError::Failed(format!("Probe of {target}: the probe task ended: {e}"))
-                })?;
-        serde_json::to_string(&report).map_err(|e| {
-            BusError::Failed(format!("Probe of {target}: cannot encode the report: {e}"))
-        })
+        self.service
+            .metered("Probe", async {
+                let options = CallOptions::parse("Probe", options, &[])?;
+                let parsed: vfio_probe::Target =
+                    target.parse().map_err(|e: vfio_probe::TargetError| {
+                        BusError::InvalidArgs(format!("Probe: {e}"))
+                    })?;
+                // Opening a VFIO group or device is privileged and can disturb a device in use.
+                let request = AuthRequest::new(
+                    action::MANAGE_INSTANCES,
+                    &header,
+                    options.no_user_interaction()?,
+                )
+                .detail("verb", "probe")
+                .detail("target", target.clone());
+                self.service.authorizer.check(request).await?;
+                let Some(root) = self.service.probe_root() else {
+                    return Err(BusError::NotSupported(
+                        "probe needs a real host: the service runs on the simulated host"
+                            .to_string(),
+                    ));
+                };
+                let probe_options = vfio_probe::ProbeOptions {
+                    sysfs_root: root.to_path_buf(),
+                    ..vfio_probe::ProbeOptions::default()
+                };
+                // The probe does ioctls and maps memory: keep it off the async workers.
+                let report =
+                    tokio::task::spawn_blocking(move || vfio_probe::probe(&parsed, &probe_options))
+                        .await
+                        .map_err(|e| {
+                            BusError::Failed(format!(
+                                "Probe of {target}: the probe task ended: {e}"
+                            ))
+                        })?;
+                serde_json::to_string(&report).map_err(|e| {
+                    BusError::Failed(format!("Probe of {target}: cannot encode the report: {e}"))
+                })
+            })
+            .await
     }
 
     /// Lines describing how the host differs from what the domain should hold; empty when in
@@ -274,14 +317,18 @@ impl ManagerIface {
         devices: Vec<HashMap<String, OwnedVariant>>,
         options: HashMap<String, OwnedVariant>,
     ) -> Result<Vec<String>, BusError> {
-        CallOptions::parse("VerifyDomain", options, &[])?;
-        let devices = parse_devices("VerifyDomain", devices)?;
-        let domain = DomainRef {
-            name: domain_name,
-            uuid: domain_uuid,
-        };
         self.service
-            .call(move |engine| Ok(engine.verify_domain(&domain, &devices)))
+            .metered("VerifyDomain", async {
+                CallOptions::parse("VerifyDomain", options, &[])?;
+                let devices = parse_devices("VerifyDomain", devices)?;
+                let domain = DomainRef {
+                    name: domain_name,
+                    uuid: domain_uuid,
+                };
+                self.service
+                    .call(move |engine| Ok(engine.verify_domain(&domain, &devices)))
+                    .await
+            })
             .await
     }
 
@@ -292,8 +339,12 @@ impl ManagerIface {
         &self,
         options: HashMap<String, OwnedVariant>,
     ) -> Result<Vec<dbus_api::wire::InstanceEntry>, BusError> {
-        CallOptions::parse("ListInstances", options, &[])?;
-        Ok(self.service.listing().await.instances.clone())
+        self.service
+            .metered("ListInstances", async {
+                CallOptions::parse("ListInstances", options, &[])?;
+                Ok(self.service.listing().await.instances.clone())
+            })
+            .await
     }
 
     /// Every mdev type in one reply, sorted by parent then id; option `parent s` keeps one
@@ -303,25 +354,29 @@ impl ManagerIface {
         &self,
         options: HashMap<String, OwnedVariant>,
     ) -> Result<Vec<dbus_api::wire::TypeEntry>, BusError> {
-        let options = CallOptions::parse("ListTypes", options, &[option::PARENT])?;
-        let parent = options.string(option::PARENT)?;
-        let listing = self.service.listing().await;
-        let Some(parent) = parent else {
-            return Ok(listing.types.clone());
-        };
-        let Some(name) = listing
-            .parents
-            .iter()
-            .find(|name| name.eq_ignore_ascii_case(&parent))
-        else {
-            return Err(BusError::NotFound(format!("ListTypes: no parent {parent}")));
-        };
-        Ok(listing
-            .types
-            .iter()
-            .filter(|t| &t.parent_name == name)
-            .cloned()
-            .collect())
+        self.service
+            .metered("ListTypes", async {
+                let options = CallOptions::parse("ListTypes", options, &[option::PARENT])?;
+                let parent = options.string(option::PARENT)?;
+                let listing = self.service.listing().await;
+                let Some(parent) = parent else {
+                    return Ok(listing.types.clone());
+                };
+                let Some(name) = listing
+                    .parents
+                    .iter()
+                    .find(|name| name.eq_ignore_ascii_case(&parent))
+                else {
+                    return Err(BusError::NotFound(format!("ListTypes: no parent {parent}")));
+                };
+                Ok(listing
+                    .types
+                    .iter()
+                    .filter(|t| &t.parent_name == name)
+                    .cloned()
+                    .collect())
+            })
+            .await
     }
 
     /// `CreateInstances` as a Job: returns the Job at once; `Job.ResultObjects` lists the
@@ -336,40 +391,44 @@ impl ManagerIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, BusError> {
-        const METHOD: &str = "StartCreateInstances";
-        let (requests, options) = self
-            .create_requests(
-                METHOD,
-                &profile,
-                options,
-                &header,
-                &[option::WAIT_FOR_PARENT],
-            )
-            .await?;
-        let wait = wait_for_parent(METHOD, &options)?;
-        let parent = options.string(option::PARENT)?;
-        let mut objects = vec![dbus_api::path::profile_path(&profile)];
-        let mut details = vec![("profile", profile.clone())];
-        if let Some(parent) = parent {
-            objects.push(dbus_api::path::parent_path(&parent));
-            details.push(("parent", parent));
-        }
-        let spec = JobSpec {
-            operation: "create-instances",
-            objects,
-            started_by_uid: self.service.caller_uid(connection, &header).await,
-            cancel_action: Some(action::MANAGE_INSTANCES),
-            details,
-        };
         self.service
-            .start_job(connection, spec, move |engine, token| {
-                let created = match wait {
-                    Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
-                        engine.create_batch(requests.clone())
-                    }),
-                    None => engine.cancellable(token, || engine.create_batch(requests)),
-                }?;
-                Ok(instances_outcome("created", &created))
+            .metered("StartCreateInstances", async {
+                const METHOD: &str = "StartCreateInstances";
+                let (requests, options) = self
+                    .create_requests(
+                        METHOD,
+                        &profile,
+                        options,
+                        &header,
+                        &[option::WAIT_FOR_PARENT],
+                    )
+                    .await?;
+                let wait = wait_for_parent(METHOD, &options)?;
+                let parent = options.string(option::PARENT)?;
+                let mut objects = vec![dbus_api::path::profile_path(&profile)];
+                let mut details = vec![("profile", profile.clone())];
+                if let Some(parent) = parent {
+                    objects.push(dbus_api::path::parent_path(&parent));
+                    details.push(("parent", parent));
+                }
+                let spec = JobSpec {
+                    operation: "create-instances",
+                    objects,
+                    started_by_uid: self.service.caller_uid(connection, &header).await,
+                    cancel_action: Some(action::MANAGE_INSTANCES),
+                    details,
+                };
+                self.service
+                    .start_job(connection, spec, move |engine, token| {
+                        let created = match wait {
+                            Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
+                                engine.create_batch(requests.clone())
+                            }),
+                            None => engine.cancellable(token, || engine.create_batch(requests)),
+                        }?;
+                        Ok(instances_outcome("created", &created))
+                    })
+                    .await
             })
             .await
     }
@@ -388,41 +447,47 @@ impl ManagerIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, BusError> {
-        const METHOD: &str = "StartPrepareDomain";
-        let (devices, options) = self
-            .prepare_requests(
-                METHOD,
-                &domain_name,
-                devices,
-                options,
-                &header,
-                &[option::WAIT_FOR_PARENT],
-            )
-            .await?;
-        let wait = wait_for_parent(METHOD, &options)?;
-        let spec = JobSpec {
-            operation: "prepare-domain",
-            objects: Vec::new(),
-            started_by_uid: self.service.caller_uid(connection, &header).await,
-            cancel_action: Some(action::ASSIGN),
-            details: vec![("domain", domain_name.clone())],
-        };
-        let domain = DomainRef {
-            name: domain_name,
-            uuid: domain_uuid,
-        };
         self.service
-            .start_job(connection, spec, move |engine, token| {
-                let claimed = match wait {
-                    Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
-                        engine.claim_domain(&domain, &devices)
-                    }),
-                    None => engine.cancellable(token, || engine.claim_domain(&domain, &devices)),
-                }?;
-                Ok(instances_outcome(
-                    &format!("domain {} holds", domain.name),
-                    &claimed,
-                ))
+            .metered("StartPrepareDomain", async {
+                const METHOD: &str = "StartPrepareDomain";
+                let (devices, options) = self
+                    .prepare_requests(
+                        METHOD,
+                        &domain_name,
+                        devices,
+                        options,
+                        &header,
+                        &[option::WAIT_FOR_PARENT],
+                    )
+                    .await?;
+                let wait = wait_for_parent(METHOD, &options)?;
+                let spec = JobSpec {
+                    operation: "prepare-domain",
+                    objects: Vec::new(),
+                    started_by_uid: self.service.caller_uid(connection, &header).await,
+                    cancel_action: Some(action::ASSIGN),
+                    details: vec![("domain", domain_name.clone())],
+                };
+                let domain = DomainRef {
+                    name: domain_name,
+                    uuid: domain_uuid,
+                };
+                self.service
+                    .start_job(connection, spec, move |engine, token| {
+                        let claimed = match wait {
+                            Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
+                                engine.claim_domain(&domain, &devices)
+                            }),
+                            None => {
+                                engine.cancellable(token, || engine.claim_domain(&domain, &devices))
+                            }
+                        }?;
+                        Ok(instances_outcome(
+                            &format!("domain {} holds", domain.name),
+                            &claimed,
+                        ))
+                    })
+                    .await
             })
             .await
     }
@@ -438,37 +503,42 @@ impl ManagerIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, BusError> {
-        let options = CallOptions::parse("StartReleaseDomain", options, &[])?;
-        let request = AuthRequest::new(action::ASSIGN, &header, options.no_user_interaction()?)
-            .detail("verb", "release")
-            .detail("domain", domain_name.clone());
-        self.service.authorizer.check(request).await?;
-        let spec = JobSpec {
-            operation: "release-domain",
-            objects: Vec::new(),
-            started_by_uid: self.service.caller_uid(connection, &header).await,
-            cancel_action: None,
-            details: Vec::new(),
-        };
-        let domain = DomainRef {
-            name: domain_name,
-            uuid: domain_uuid,
-        };
         self.service
-            .start_job(connection, spec, move |engine, _token| {
-                let report = engine.release_domain(&domain)?;
-                let mut message = format!(
-                    "released domain {}: {} destroyed, {} unclaimed",
-                    domain.name,
-                    report.destroyed.len(),
-                    report.unclaimed.len()
-                );
-                for problem in &report.problems {
-                    tracing::warn!(%problem, "release left a problem");
-                    message.push_str("; ");
-                    message.push_str(problem);
-                }
-                Ok(JobOutcome::message(message))
+            .metered("StartReleaseDomain", async {
+                let options = CallOptions::parse("StartReleaseDomain", options, &[])?;
+                let request =
+                    AuthRequest::new(action::ASSIGN, &header, options.no_user_interaction()?)
+                        .detail("verb", "release")
+                        .detail("domain", domain_name.clone());
+                self.service.authorizer.check(request).await?;
+                let spec = JobSpec {
+                    operation: "release-domain",
+                    objects: Vec::new(),
+                    started_by_uid: self.service.caller_uid(connection, &header).await,
+                    cancel_action: None,
+                    details: Vec::new(),
+                };
+                let domain = DomainRef {
+                    name: domain_name,
+                    uuid: domain_uuid,
+                };
+                self.service
+                    .start_job(connection, spec, move |engine, _token| {
+                        let report = engine.release_domain(&domain)?;
+                        let mut message = format!(
+                            "released domain {}: {} destroyed, {} unclaimed",
+                            domain.name,
+                            report.destroyed.len(),
+                            report.unclaimed.len()
+                        );
+                        for problem in &report.problems {
+                            tracing::warn!(%problem, "release left a problem");
+                            message.push_str("; ");
+                            message.push_str(problem);
+                        }
+                        Ok(JobOutcome::message(message))
+                    })
+                    .await
             })
             .await
     }
@@ -799,16 +869,20 @@ impl ParentIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let parent = self.data().name.clone();
-        super::schedule::set_scheduler_policy(
-            &self.service,
-            connection,
-            &header,
-            parent,
-            policy,
-            options,
-        )
-        .await
+        self.service
+            .metered("SetSchedulerPolicy", async {
+                let parent = self.data().name.clone();
+                super::schedule::set_scheduler_policy(
+                    &self.service,
+                    connection,
+                    &header,
+                    parent,
+                    policy,
+                    options,
+                )
+                .await
+            })
+            .await
     }
 }
 
@@ -848,42 +922,46 @@ impl SriovIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, BusError> {
-        let options = CallOptions::parse("SetNumVfs", options, &[option::FORCE])?;
-        let force = options.boolean(option::FORCE)?.unwrap_or(false);
-        if count > self.data().total_vfs {
-            return Err(BusError::InvalidArgs(format!(
-                "SetNumVfs: {count} VFs requested but PF {} supports at most {}",
-                self.data().pf,
-                self.data().total_vfs
-            )));
-        }
-        let request = AuthRequest::new(
-            action::CONFIGURE_SRIOV,
-            &header,
-            options.no_user_interaction()?,
-        )
-        .detail("verb", "set-num-vfs")
-        .detail("parent", self.data().pf.clone())
-        .detail("count", count.to_string());
-        self.service.authorizer.check(request).await?;
-        let uid = self.service.caller_uid(connection, &header).await;
-        let pf = self.data().pf.clone();
-        let objects = vec![dbus_api::path::parent_path(&pf)];
-        let spec = JobSpec {
-            operation: "sriov-set-numvfs",
-            objects,
-            started_by_uid: uid,
-            // One sysfs write: nothing to stop between steps.
-            cancel_action: None,
-            details: Vec::new(),
-        };
         self.service
-            .start_job(connection, spec, move |engine, _token| {
-                let vfs = engine.set_num_vfs(&pf, count, DestroyOptions { force })?;
-                Ok(JobOutcome::message(format!(
-                    "PF {pf} now has {} VFs",
-                    vfs.len()
-                )))
+            .metered("SetNumVfs", async {
+                let options = CallOptions::parse("SetNumVfs", options, &[option::FORCE])?;
+                let force = options.boolean(option::FORCE)?.unwrap_or(false);
+                if count > self.data().total_vfs {
+                    return Err(BusError::InvalidArgs(format!(
+                        "SetNumVfs: {count} VFs requested but PF {} supports at most {}",
+                        self.data().pf,
+                        self.data().total_vfs
+                    )));
+                }
+                let request = AuthRequest::new(
+                    action::CONFIGURE_SRIOV,
+                    &header,
+                    options.no_user_interaction()?,
+                )
+                .detail("verb", "set-num-vfs")
+                .detail("parent", self.data().pf.clone())
+                .detail("count", count.to_string());
+                self.service.authorizer.check(request).await?;
+                let uid = self.service.caller_uid(connection, &header).await;
+                let pf = self.data().pf.clone();
+                let objects = vec![dbus_api::path::parent_path(&pf)];
+                let spec = JobSpec {
+                    operation: "sriov-set-numvfs",
+                    objects,
+                    started_by_uid: uid,
+                    // One sysfs write: nothing to stop between steps.
+                    cancel_action: None,
+                    details: Vec::new(),
+                };
+                self.service
+                    .start_job(connection, spec, move |engine, _token| {
+                        let vfs = engine.set_num_vfs(&pf, count, DestroyOptions { force })?;
+                        Ok(JobOutcome::message(format!(
+                            "PF {pf} now has {} VFs",
+                            vfs.len()
+                        )))
+                    })
+                    .await
             })
             .await
     }
@@ -1093,14 +1171,19 @@ impl InstanceIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let request = super::schedule::SetSchedule {
-            uuid: self.data().uuid.clone(),
-            parent: self.data().parent_name.clone(),
-            weight,
-            min_share,
-            max_share,
-        };
-        super::schedule::set_schedule(&self.service, connection, &header, request, options).await
+        self.service
+            .metered("SetSchedule", async {
+                let request = super::schedule::SetSchedule {
+                    uuid: self.data().uuid.clone(),
+                    parent: self.data().parent_name.clone(),
+                    weight,
+                    min_share,
+                    max_share,
+                };
+                super::schedule::set_schedule(&self.service, connection, &header, request, options)
+                    .await
+            })
+            .await
     }
 
     /// Removes the device and forgets the instance. Option `force b`: also when a domain holds
@@ -1111,21 +1194,25 @@ impl InstanceIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let options = CallOptions::parse("Destroy", options, &[option::FORCE])?;
-        let force = options.boolean(option::FORCE)?.unwrap_or(false);
-        let request = self.request(
-            action::MANAGE_INSTANCES,
-            "destroy",
-            &header,
-            options.no_user_interaction()?,
-        );
-        self.service.authorizer.check(request).await?;
-        let uuid = self.data().uuid.clone();
         self.service
-            .call(move |engine| engine.destroy(&uuid, DestroyOptions { force }))
-            .await?;
-        self.service.refresh(connection).await;
-        Ok(())
+            .metered("Destroy", async {
+                let options = CallOptions::parse("Destroy", options, &[option::FORCE])?;
+                let force = options.boolean(option::FORCE)?.unwrap_or(false);
+                let request = self.request(
+                    action::MANAGE_INSTANCES,
+                    "destroy",
+                    &header,
+                    options.no_user_interaction()?,
+                );
+                self.service.authorizer.check(request).await?;
+                let uuid = self.data().uuid.clone();
+                self.service
+                    .call(move |engine| engine.destroy(&uuid, DestroyOptions { force }))
+                    .await?;
+                self.service.refresh(connection).await;
+                Ok(())
+            })
+            .await
     }
 
     /// `Destroy` as a Job (giving a VF or a whole GPU's IOMMU group back to its original
@@ -1138,27 +1225,31 @@ impl InstanceIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<OwnedObjectPath, BusError> {
-        let options = CallOptions::parse("StartDestroy", options, &[option::FORCE])?;
-        let force = options.boolean(option::FORCE)?.unwrap_or(false);
-        let request = self.request(
-            action::MANAGE_INSTANCES,
-            "destroy",
-            &header,
-            options.no_user_interaction()?,
-        );
-        self.service.authorizer.check(request).await?;
-        let uuid = self.data().uuid.clone();
-        let spec = JobSpec {
-            operation: "destroy-instance",
-            objects: vec![dbus_api::path::mdev_instance_path(&uuid)],
-            started_by_uid: self.service.caller_uid(connection, &header).await,
-            cancel_action: None,
-            details: Vec::new(),
-        };
         self.service
-            .start_job(connection, spec, move |engine, _token| {
-                engine.destroy(&uuid, DestroyOptions { force })?;
-                Ok(JobOutcome::message(format!("destroyed {uuid}")))
+            .metered("StartDestroy", async {
+                let options = CallOptions::parse("StartDestroy", options, &[option::FORCE])?;
+                let force = options.boolean(option::FORCE)?.unwrap_or(false);
+                let request = self.request(
+                    action::MANAGE_INSTANCES,
+                    "destroy",
+                    &header,
+                    options.no_user_interaction()?,
+                );
+                self.service.authorizer.check(request).await?;
+                let uuid = self.data().uuid.clone();
+                let spec = JobSpec {
+                    operation: "destroy-instance",
+                    objects: vec![dbus_api::path::mdev_instance_path(&uuid)],
+                    started_by_uid: self.service.caller_uid(connection, &header).await,
+                    cancel_action: None,
+                    details: Vec::new(),
+                };
+                self.service
+                    .start_job(connection, spec, move |engine, _token| {
+                        engine.destroy(&uuid, DestroyOptions { force })?;
+                        Ok(JobOutcome::message(format!("destroyed {uuid}")))
+                    })
+                    .await
             })
             .await
     }
@@ -1170,18 +1261,22 @@ impl InstanceIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let options = CallOptions::parse("Start", options, &[])?;
-        let request = self.request(
-            action::MANAGE_INSTANCES,
-            "start",
-            &header,
-            options.no_user_interaction()?,
-        );
-        self.service.authorizer.check(request).await?;
-        let uuid = self.data().uuid.clone();
-        self.service.call(move |engine| engine.start(&uuid)).await?;
-        self.service.refresh(connection).await;
-        Ok(())
+        self.service
+            .metered("Start", async {
+                let options = CallOptions::parse("Start", options, &[])?;
+                let request = self.request(
+                    action::MANAGE_INSTANCES,
+                    "start",
+                    &header,
+                    options.no_user_interaction()?,
+                );
+                self.service.authorizer.check(request).await?;
+                let uuid = self.data().uuid.clone();
+                self.service.call(move |engine| engine.start(&uuid)).await?;
+                self.service.refresh(connection).await;
+                Ok(())
+            })
+            .await
     }
 
     /// Removes the device of a persistent instance, keeping its definition. Option `force b`:
@@ -1193,33 +1288,36 @@ impl InstanceIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let options = CallOptions::parse("Stop", options, &[option::FORCE])?;
-        let force = options.boolean(option::FORCE)?.unwrap_or(false);
-        let request = self.request(
-            action::MANAGE_INSTANCES,
-            "stop",
-            &header,
-            options.no_user_interaction()?,
-        );
-        self.service.authorizer.check(request).await?;
-        let uuid = self.data().uuid.clone();
-        // Asked of the engine, not of this object's cached properties, which may lag a
-        // SetAutostart/SetPersistent that has just returned.
-        let lookup = uuid.clone();
-        let current = self
-            .service
-            .call(move |engine| engine.instance(&lookup))
-            .await?;
-        if !current.persistent {
-            return Err(BusError::NotSupported(format!(
-                "instance {uuid} is transient: Stop keeps a definition it does not have; destroy it instead"
-            )));
-        }
-        self.service
-            .call(move |engine| engine.stop(&uuid, DestroyOptions { force }))
-            .await?;
-        self.service.refresh(connection).await;
-        Ok(())
+        self.service.metered("Stop", async {
+            let options = CallOptions::parse("Stop", options, &[option::FORCE])?;
+            let force = options.boolean(option::FORCE)?.unwrap_or(false);
+            let request = self.request(
+                action::MANAGE_INSTANCES,
+                "stop",
+                &header,
+                options.no_user_interaction()?,
+            );
+            self.service.authorizer.check(request).await?;
+            let uuid = self.data().uuid.clone();
+            // Asked of the engine, not of this object's cached properties, which may lag a
+            // SetAutostart/SetPersistent that has just returned.
+            let lookup = uuid.clone();
+            let current = self
+                .service
+                .call(move |engine| engine.instance(&lookup))
+                .await?;
+            if !current.persistent {
+                return Err(BusError::NotSupported(format!(
+                    "instance {uuid} is transient: Stop keeps a definition it does not have; destroy it instead"
+                )));
+            }
+            self.service
+                .call(move |engine| engine.stop(&uuid, DestroyOptions { force }))
+                .await?;
+            self.service.refresh(connection).await;
+            Ok(())
+        })
+        .await
     }
 
     /// Sets autostart; turning it on also makes the instance persistent.
@@ -1230,21 +1328,25 @@ impl InstanceIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let options = CallOptions::parse("SetAutostart", options, &[])?;
-        let request = self.request(
-            action::MANAGE_PERSISTENT,
-            "set-autostart",
-            &header,
-            options.no_user_interaction()?,
-        );
-        self.service.authorizer.check(request).await?;
-        let uuid = self.data().uuid.clone();
-        let persistent = autostart || self.data().persistent;
         self.service
-            .call(move |engine| engine.set_persistence(&uuid, persistent, autostart))
-            .await?;
-        self.service.refresh(connection).await;
-        Ok(())
+            .metered("SetAutostart", async {
+                let options = CallOptions::parse("SetAutostart", options, &[])?;
+                let request = self.request(
+                    action::MANAGE_PERSISTENT,
+                    "set-autostart",
+                    &header,
+                    options.no_user_interaction()?,
+                );
+                self.service.authorizer.check(request).await?;
+                let uuid = self.data().uuid.clone();
+                let persistent = autostart || self.data().persistent;
+                self.service
+                    .call(move |engine| engine.set_persistence(&uuid, persistent, autostart))
+                    .await?;
+                self.service.refresh(connection).await;
+                Ok(())
+            })
+            .await
     }
 }
 
@@ -1372,46 +1474,50 @@ impl JobIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let options = CallOptions::parse("Cancel", options, &[])?;
-        let no_interaction = options.no_user_interaction()?;
-        let what = format!(
-            "job {} ({})",
-            header.path().map(|p| p.as_str()).unwrap_or("?"),
-            self.data.operation
-        );
-        let Some(action) = self.control.cancel_action else {
-            return Err(BusError::NotSupported(format!(
-                "{what} cannot be cancelled"
-            )));
-        };
-        if self.data.finished {
-            return Err(BusError::NotSupported(format!(
-                "{what} has already finished"
-            )));
-        }
-        let uid = self.service.caller_uid(connection, &header).await;
-        if uid == u32::MAX || uid != self.data.started_by_uid {
-            let mut request =
-                AuthRequest::new(action, &header, no_interaction).detail("verb", "cancel");
-            for (key, value) in &self.control.details {
-                request = request.detail(key, value.clone());
-            }
-            // The refusal names the job: the action's own message names only its target.
-            self.service
-                .authorizer
-                .check(request)
-                .await
-                .map_err(|error| match error {
-                    BusError::NotAuthorized(why) => BusError::NotAuthorized(format!(
-                        "cannot cancel {what}, started by uid {}: {why}",
-                        self.data.started_by_uid
-                    )),
-                    other => other,
-                })?;
-        }
-        tracing::info!(job = %what, uid, "cancel requested");
-        self.control.token.cancel();
-        Ok(())
+        self.service
+            .metered("Cancel", async {
+                let options = CallOptions::parse("Cancel", options, &[])?;
+                let no_interaction = options.no_user_interaction()?;
+                let what = format!(
+                    "job {} ({})",
+                    header.path().map(|p| p.as_str()).unwrap_or("?"),
+                    self.data.operation
+                );
+                let Some(action) = self.control.cancel_action else {
+                    return Err(BusError::NotSupported(format!(
+                        "{what} cannot be cancelled"
+                    )));
+                };
+                if self.data.finished {
+                    return Err(BusError::NotSupported(format!(
+                        "{what} has already finished"
+                    )));
+                }
+                let uid = self.service.caller_uid(connection, &header).await;
+                if uid == u32::MAX || uid != self.data.started_by_uid {
+                    let mut request =
+                        AuthRequest::new(action, &header, no_interaction).detail("verb", "cancel");
+                    for (key, value) in &self.control.details {
+                        request = request.detail(key, value.clone());
+                    }
+                    // The refusal names the job: the action's own message names only its target.
+                    self.service
+                        .authorizer
+                        .check(request)
+                        .await
+                        .map_err(|error| match error {
+                            BusError::NotAuthorized(why) => BusError::NotAuthorized(format!(
+                                "cannot cancel {what}, started by uid {}: {why}",
+                                self.data.started_by_uid
+                            )),
+                            other => other,
+                        })?;
+                }
+                tracing::info!(job = %what, uid, "cancel requested");
+                self.control.token.cancel();
+                Ok(())
+            })
+            .await
     }
 
     /// Emitted once, when the job finishes, just before the object is removed.

@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod host_events;
 pub mod interfaces;
+pub mod metrics;
 pub mod model;
 pub mod options;
 pub mod schedule;
@@ -160,6 +161,8 @@ pub struct Service {
     /// The host root `Manager.Probe` resolves sysfs under; unset on the simulated host, whose
     /// devices have no VFIO nodes to open.
     probe_root: std::sync::OnceLock<std::path::PathBuf>,
+    /// Latency and failures of every operation served ([`Service::metered`], jobs).
+    metrics: metrics::OperationMetrics,
 }
 
 impl Service {
@@ -182,6 +185,7 @@ impl Service {
             next_job: AtomicU64::new(1),
             running_jobs: Mutex::new(HashMap::new()),
             probe_root: std::sync::OnceLock::new(),
+            metrics: metrics::OperationMetrics::default(),
         })
     }
 
@@ -307,6 +311,31 @@ impl Service {
             Ok(result) => result.map_err(|e| bus_error(&e)),
             Err(join) => Err(BusError::Failed(format!("engine call failed: {join}"))),
         }
+    }
+
+    /// Runs the body of the D-Bus method `operation` and records its duration and, when it
+    /// fails, its error name ([`metrics`]): the one place methods are counted.
+    pub async fn metered<T>(
+        &self,
+        operation: &'static str,
+        body: impl std::future::Future<Output = Result<T, BusError>>,
+    ) -> Result<T, BusError> {
+        let started = std::time::Instant::now();
+        let result = body.await;
+        let error = result.as_ref().err().map(BusError::kind);
+        self.metrics.record(operation, started.elapsed(), error);
+        result
+    }
+
+    /// The operation counters and the number of running jobs (`Manager.GetOperationStats`).
+    pub fn operation_stats(&self) -> dbus_api::operation_stats::OperationStats {
+        let jobs_running = self
+            .running_jobs
+            .lock()
+            .map(|running| running.len())
+            .unwrap_or_default();
+        self.metrics
+            .snapshot(u32::try_from(jobs_running).unwrap_or(u32::MAX))
     }
 
     /// Waits until no engine call runs (at most `bound`: a steady stream of calls must not
@@ -565,10 +594,16 @@ impl Service {
             // Not through `Service::call`: a job may run for long (a wait for a parent), and
             // host changes meanwhile must be published at once, not after it.
             let engine = service.engine.clone();
+            let started = std::time::Instant::now();
             let outcome = match tokio::task::spawn_blocking(move || work(&engine, &token)).await {
                 Ok(result) => result.map_err(|e| bus_error(&e)),
                 Err(join) => Err(BusError::Failed(format!("job {operation} ended: {join}"))),
             };
+            service.metrics.record(
+                &format!("job:{operation}"),
+                started.elapsed(),
+                outcome.as_ref().err().map(BusError::kind),
+            );
             if let Ok(mut running) = service.running_jobs.lock() {
                 running.remove(&id);
             }
