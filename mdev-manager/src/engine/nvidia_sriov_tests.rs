@@ -266,3 +266,15 @@ fn after_a_reboot_nvidia_vfs_come_back_through_sriov_manage_before_their_vgpus()
     assert_eq!(back.vf, info.vf, "on the VF its VM's XML names");
     assert_eq!(current_vgpu_type(&sim, back.vf.unwrap()), "1407");
 }
+
+#[test]
+fn ampere_vfs_come_through_sriov_manage_and_register_as_mdev_parents() {
+    let sim = SimHost::builtin("ampere").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(&sim, dir.path());
+    let vfs = engine
+        .set_num_vfs("0000:08:00.0", 16, DestroyOptions::default())
+        .unwrap();
+    assert_eq!(vfs.len(), 16);
+    assert!(sim.exists(Path::new("/sys/class/mdev_bus/0000:08:00.4")));
+}
