@@ -248,6 +248,7 @@ impl Model {
         let mut model = Self::build(inventory, &instances, &profiles);
         super::schedule::fill(&mut model, engine, inventory);
         fill_group_members(&mut model, engine);
+        fill_missing_sriov_manage(&mut model, engine, inventory);
         model
     }
 
@@ -378,6 +379,28 @@ impl Model {
             );
         }
         model
+    }
+}
+
+/// The `Reason` of an NVIDIA PF without VFs on a host without `sriov-manage`: its VFs (and so
+/// its vGPUs) cannot be made, although the kernel shows its SR-IOV capability.
+fn fill_missing_sriov_manage(model: &mut Model, engine: &Engine, inventory: &Inventory) {
+    let tool = &engine.config().nvidia_sriov_manage;
+    let mut installed = None;
+    for pf in &inventory.sriov_pfs {
+        if !crate::engine::nvidia_sriov::is_nvidia_pf(pf) || pf.num_vfs > 0 {
+            continue;
+        }
+        if !*installed.get_or_insert_with(|| engine.host().commands().installed(tool)) {
+            let name = pf.function.address.to_string();
+            if let Some(parent) = model.parents.get_mut(&path::parent_path(&name)) {
+                parent.reason = format!(
+                    "{} is not installed, so no VFs and no vGPU (it ships with {})",
+                    tool.display(),
+                    crate::engine::nvidia_sriov::SRIOV_MANAGE_PACKAGE
+                );
+            }
+        }
     }
 }
 

@@ -30,13 +30,21 @@ async fn fixture(authorizer: Arc<dyn Authorizer>) -> Fixture {
 }
 
 async fn fixture_on(topology: &str, authorizer: Arc<dyn Authorizer>) -> Fixture {
+    fixture_with(topology, EngineConfig::default(), authorizer).await
+}
+
+async fn fixture_with(
+    topology: &str,
+    config: EngineConfig,
+    authorizer: Arc<dyn Authorizer>,
+) -> Fixture {
     let state = tempfile::tempdir().expect("temp dir");
     let host = SimHost::builtin(topology).expect("built-in topology");
     let engine = Arc::new(
         Engine::new(
             Arc::new(host),
             Arc::new(DiskFiles::new(state.path())),
-            EngineConfig::default(),
+            config,
         )
         .expect("engine"),
     );
@@ -587,4 +595,28 @@ async fn usable_parents_have_no_reason() {
         assert_eq!(parent.reason, "", "{parent:?}");
         assert!(!parent.modes.is_empty(), "{parent:?}");
     }
+}
+
+/// An NVIDIA PF whose VFs cannot be made (no `sriov-manage` on the host) says so.
+#[tokio::test]
+async fn an_nvidia_pf_without_sriov_manage_has_the_missing_tool_as_its_reason() {
+    let config = EngineConfig {
+        nvidia_sriov_manage: "/opt/nvidia/sriov-manage".into(),
+        ..EngineConfig::default()
+    };
+    let fixture = fixture_with("default", config, Arc::new(AllowAll)).await;
+    let objects = managed_objects(&fixture.client).await;
+    let snapshot = dbus_api::wire::Snapshot::from_managed_objects(objects).expect("snapshot");
+    let h200 = snapshot.parent("0000:4b:00.0").expect("the H200");
+    assert!(
+        h200.reason
+            .starts_with("/opt/nvidia/sriov-manage is not installed, so no VFs and no vGPU"),
+        "{h200:?}"
+    );
+    assert!(h200.reason.contains("NVIDIA vGPU manager"), "{h200:?}");
+    // The AMD PF next to it is not NVIDIA's: no reason.
+    assert_eq!(
+        snapshot.parent("0000:0c:00.0").expect("the S7150").reason,
+        ""
+    );
 }
