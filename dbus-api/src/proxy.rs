@@ -85,6 +85,10 @@ pub trait Manager {
     /// Every mdev type in one reply; option `parent s` keeps one parent's (`NotFound` when the
     /// service has no such parent).
     fn list_types(&self, options: Options<'_>) -> zbus::Result<Vec<crate::wire::TypeEntry>>;
+    /// Every profile with whether one instance of it would be placed now and where, or why
+    /// not. No options yet.
+    fn fit_profiles(&self, options: Options<'_>)
+        -> zbus::Result<Vec<crate::wire::ProfileFitEntry>>;
 
     /// `CreateInstances` as a Job (returned at once); options as `CreateInstances` plus
     /// `wait-for-parent u` (seconds). `Job.ResultObjects` lists the instances made.

@@ -91,8 +91,11 @@ pub struct ParentRecord {
     pub driver: String,
     /// NUMA node, -1 unknown.
     pub numa_node: i32,
-    /// `mdev`, `sriov`.
+    /// `mdev`, `sriov`; `passthrough` alone for a GPU that hosts no vGPU but can be passed
+    /// through whole; empty when the service can do nothing with it.
     pub modes: Vec<String>,
+    /// Why no vGPU can be made on it; empty when one can (and from services before it).
+    pub reason: String,
     /// mdev type objects.
     pub types: Vec<String>,
     /// Instance objects.
@@ -148,6 +151,7 @@ impl ParentRecord {
             driver: p.get("Driver")?,
             numa_node: p.get("NumaNode")?,
             modes: p.get("Modes")?,
+            reason: p.get_or_default("Reason")?,
             types: p.paths("Types")?,
             instances: p.paths("Instances")?,
             sriov,
@@ -456,6 +460,19 @@ impl From<TypeEntry> for MdevTypeRecord {
             instances: path_strings(entry.instances),
         }
     }
+}
+
+/// Whether one profile fits the host now, as `Manager.FitProfiles` sends it, D-Bus signature
+/// `(sbs)`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, zbus::Type)]
+pub struct ProfileFitEntry {
+    /// Profile name.
+    pub name: String,
+    /// Whether one instance of it would be placed now.
+    pub fits: bool,
+    /// Where it would go, or why it cannot go anywhere (every parent's reason, then the GPUs
+    /// that host no vGPU and why).
+    pub detail: String,
 }
 
 /// The instance whose UUID (any case) or VF PCI address is `key`.

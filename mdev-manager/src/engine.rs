@@ -7,6 +7,7 @@
 mod cancel;
 mod claims;
 mod instance_locks;
+pub mod nvidia_sriov;
 pub mod passthrough;
 mod profiles;
 pub mod scenarios;
@@ -61,6 +62,11 @@ pub struct EngineConfig {
     /// the mode, so the administrator states it (`nvidia-smi vgpu -shm 1` turns it on);
     /// placement otherwise keeps one size per GPU, as the driver does by default.
     pub nvidia_mixed_mode_parents: Vec<String>,
+    /// Host path of NVIDIA's `sriov-manage`, the only way VFs of an NVIDIA GPU change
+    /// (`/usr/lib/nvidia/sriov-manage`).
+    pub nvidia_sriov_manage: PathBuf,
+    /// How long a vendor tool (`sriov-manage`) may run before it is killed with `TimedOut`.
+    pub vendor_command_timeout: Duration,
 }
 
 pub use vgpu_profiles::placement::Policy as PlacementPolicy;
@@ -126,6 +132,8 @@ impl Default for EngineConfig {
             nvidia_modprobe_path: PathBuf::from(crate::schedule::NVIDIA_MODPROBE_PATH),
             placement: PlacementRequest::default(),
             nvidia_mixed_mode_parents: Vec::new(),
+            nvidia_sriov_manage: PathBuf::from(nvidia_sriov::SRIOV_MANAGE_PATH),
+            vendor_command_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -388,6 +396,18 @@ pub struct ProfileSummary {
     pub description: Option<String>,
 }
 
+/// Whether one profile fits the host now (see [`Engine::profile_fit`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileFit {
+    /// Profile name.
+    pub name: String,
+    /// Whether a create of it would be placed now.
+    pub fits: bool,
+    /// Where it would go (`mdev type nvidia-231 on 0000:3b:00.0`), or why it cannot go
+    /// anywhere (every parent's reason, then the GPUs that host no vGPU and why).
+    pub detail: String,
+}
+
 /// What changed, for subscribers (the daemon turns these into D-Bus signals).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum EngineEvent {
@@ -586,6 +606,17 @@ pub enum EngineError {
     /// Discovery failed.
     #[error(transparent)]
     Discovery(#[from] crate::discovery::DiscoveryError),
+    /// A vendor tool (`sriov-manage`) could not run, failed, timed out or was cancelled.
+    #[error(transparent)]
+    Command(#[from] crate::host::CommandError),
+    /// A vendor tool reported success but the host does not show its effect.
+    #[error("{command}: {problem}")]
+    VendorTool {
+        /// The command line.
+        command: String,
+        /// What the host shows instead.
+        problem: String,
+    },
     /// A whole-GPU pass-through was refused or failed.
     #[error(transparent)]
     Passthrough(#[from] passthrough::PassthroughError),
@@ -662,6 +693,8 @@ impl EngineError {
             Self::TooManyStuckWrites { .. } => ErrorKind::Busy,
             Self::Sysfs { source, .. } => ErrorKind::from_io(source),
             Self::Discovery(error) => error.kind(),
+            Self::Command(error) => error.kind(),
+            Self::VendorTool { .. } => ErrorKind::Failed,
             Self::Passthrough(error) => error.kind(),
             Self::State(error) => error.kind(),
             Self::Profile { .. } => ErrorKind::InvalidArgs,
@@ -1145,7 +1178,7 @@ impl Engine {
                             reason: "not a decimal number".into(),
                         })?;
                 self.wait_for_path(&record.parent, &layout::pci_device(&pf), None)?;
-                let vf = self.pick_nvidia_vf(pf, type_id, record.vf)?;
+                let vf = self.pick_nvidia_vf(pf, type_id, record.vf, Some(&record.uuid))?;
                 self.host.set_nvidia_vgpu(vf, type_id)?;
                 started.vf = Some(vf);
             }
@@ -1445,7 +1478,7 @@ impl Engine {
         let pf = discovery::read_sriov_pf(self.fs(), address).ok_or_else(|| {
             EngineError::NotSupported {
                 what: format!("setting the VF count of {address}"),
-                reason: "it has no sriov_totalvfs (not SR-IOV capable)".into(),
+                reason: not_sriov_reason(self.fs(), address),
             }
         })?;
         if num_vfs > pf.total_vfs {
@@ -1472,7 +1505,11 @@ impl Engine {
                 });
             }
         }
-        self.host.set_num_vfs(address, pf.num_vfs, num_vfs)?;
+        if nvidia_sriov::is_nvidia_pf(&pf) {
+            self.set_nvidia_vfs(&pf, num_vfs)?;
+        } else {
+            self.host.set_num_vfs(address, pf.num_vfs, num_vfs)?;
+        }
         Ok(self.host.vfs_of(address))
     }
 
@@ -1604,6 +1641,38 @@ impl Engine {
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .summaries()
+    }
+
+    /// Every profile, sorted by name, with whether one instance of it would be placed on the
+    /// host as it is now (default placement, free capacity counted) and where, or why not.
+    /// Nothing is created or reserved.
+    pub fn profile_fit(&self) -> Result<Vec<ProfileFit>, EngineError> {
+        let inventory = self.inventory()?;
+        let mut fits: Vec<ProfileFit> = self
+            .profiles()
+            .into_iter()
+            .map(|summary| {
+                match self.resolve_profile(
+                    &summary.name,
+                    None,
+                    PlacementRequest::default(),
+                    &inventory,
+                ) {
+                    Ok(resolved) => ProfileFit {
+                        name: summary.name,
+                        fits: true,
+                        detail: describe_target(&resolved.target),
+                    },
+                    Err(error) => ProfileFit {
+                        name: summary.name,
+                        fits: false,
+                        detail: error.to_string(),
+                    },
+                }
+            })
+            .collect();
+        fits.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(fits)
     }
 
     // ---- internals shared with claims, reconcile, hotplug and import ----
@@ -1744,20 +1813,24 @@ impl Engine {
     }
 
     /// Picks a free VF of `pf` that can host NVIDIA type `type_id` (preferring `preferred`).
+    /// `starting` is the UUID of a record being started again: the VF it records is its own,
+    /// not taken, so it comes back on the same VF (the one its VM's XML names).
     fn pick_nvidia_vf(
         &self,
         pf: PciAddress,
         type_id: u32,
         preferred: Option<PciAddress>,
+        starting: Option<&str>,
     ) -> Result<PciAddress, EngineError> {
         let sriov =
             discovery::read_sriov_pf(self.fs(), pf).ok_or_else(|| EngineError::NotSupported {
                 what: format!("NVIDIA vGPU on {pf}"),
-                reason: "it has no SR-IOV VFs".into(),
+                reason: not_sriov_reason(self.fs(), pf),
             })?;
         let taken: HashSet<PciAddress> = lock(&self.state)
             .instances
             .values()
+            .filter(|r| Some(r.uuid.as_str()) != starting)
             .filter_map(|r| r.vf)
             .collect();
         let mut listed = false;
@@ -1952,7 +2025,7 @@ impl Engine {
                 let parent_lock = self.parent_lock(&pf.to_string());
                 let _serialized = lock(&parent_lock);
                 self.admit_at_create(&pf.to_string(), &key, &record.scheduling)?;
-                let vf = self.pick_nvidia_vf(pf, *type_id, wanted)?;
+                let vf = self.pick_nvidia_vf(pf, *type_id, wanted, None)?;
                 if let Some(wanted) = wanted.filter(|wanted| *wanted != vf) {
                     return Err(EngineError::NoCapacity {
                         what: format!("NVIDIA vGPU type {type_id} on VF {wanted}"),
@@ -2061,7 +2134,7 @@ impl Engine {
         let sriov =
             discovery::read_sriov_pf(self.fs(), pf).ok_or_else(|| EngineError::NotSupported {
                 what: format!("assigning a VF of {pf}"),
-                reason: "it has no sriov_totalvfs (not SR-IOV capable)".into(),
+                reason: not_sriov_reason(self.fs(), pf),
             })?;
         let taken: HashSet<PciAddress> = lock(&self.state)
             .instances
@@ -2206,6 +2279,15 @@ impl Engine {
     }
 }
 
+/// Why a function is no SR-IOV PF, with its GPU reasons when it is a GPU.
+pub(crate) fn not_sriov_reason(host: &dyn HostFs, address: PciAddress) -> String {
+    let base = "it has no sriov_totalvfs (not SR-IOV capable)";
+    match discovery::gpus::read_other_gpu(host, address) {
+        Some(gpu) => format!("{base}; {}", gpu.reason()),
+        None => base.to_owned(),
+    }
+}
+
 fn check_scheduling(scheduling: &Scheduling) -> Result<(), EngineError> {
     if let Some(weight) = scheduling.weight {
         if !(1..=10_000).contains(&weight) {
@@ -2291,5 +2373,9 @@ pub(crate) fn unmanaged_info(mdev: &MdevDevice) -> InstanceInfo {
 
 #[cfg(test)]
 mod race_tests;
+#[cfg(test)]
+mod nvidia_sriov_tests;
+#[cfg(test)]
+mod other_gpu_tests;
 #[cfg(test)]
 mod tests;

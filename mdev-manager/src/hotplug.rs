@@ -293,6 +293,9 @@ impl Engine {
             });
             return;
         }
+        if action == HostEventAction::Bind {
+            self.pf_driver_bound(sysname);
+        }
         match action {
             HostEventAction::Add => {
                 if self
@@ -323,6 +326,30 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// A PF's driver bound (again): a driver reload took its VFs with it. The VF count
+    /// recorded for it comes back first (through `sriov-manage` on an NVIDIA GPU), then its
+    /// autostart instances, since an NVIDIA vGPU's `current_vgpu_type` lives on a VF.
+    fn pf_driver_bound(&self, pf: &str) {
+        let wanted = lock(&self.state).parents.get(pf).and_then(|p| p.num_vfs);
+        let Some(num_vfs) = wanted else {
+            return;
+        };
+        match self.restore_vf_count(pf, num_vfs) {
+            Ok(true) => {
+                tracing::info!(%pf, num_vfs, "restored the VFs after the driver bound again");
+                self.emit(EngineEvent::ParentChanged {
+                    parent: pf.to_owned(),
+                });
+            }
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(%pf, num_vfs, %error, "cannot restore the VFs after the driver bound again");
+                return;
+            }
+        }
+        self.start_autostart_on(pf);
     }
 
     /// Starts the autostart instances of a parent that just registered (the boot case where

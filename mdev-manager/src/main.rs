@@ -83,6 +83,10 @@ struct ConfigFile {
     numa_strict: Option<bool>,
     /// NVIDIA GPUs (PCI addresses) whose mixed-size vGPU mode the administrator turned on.
     nvidia_mixed_mode: Option<Vec<String>>,
+    /// Host path of NVIDIA's `sriov-manage` (VF changes on NVIDIA GPUs go only through it).
+    nvidia_sriov_manage: Option<PathBuf>,
+    /// How long a vendor tool (`sriov-manage`) may run before it is killed.
+    vendor_command_timeout_ms: Option<u64>,
 }
 
 impl ConfigFile {
@@ -248,6 +252,19 @@ async fn serve() -> Result<()> {
     }
     if let Some(ms) = config.write_timeout_ms {
         engine_config.write_timeout = std::time::Duration::from_millis(ms);
+    }
+    if let Some(path) = config.nvidia_sriov_manage.clone() {
+        if !path.is_absolute() {
+            bail!(
+                "config file {}: nvidia_sriov_manage = {:?}: expected an absolute path",
+                config_path.display(),
+                path.display()
+            );
+        }
+        engine_config.nvidia_sriov_manage = path;
+    }
+    if let Some(ms) = config.vendor_command_timeout_ms {
+        engine_config.vendor_command_timeout = std::time::Duration::from_millis(ms);
     }
     engine_config.placement = placement;
     engine_config.nvidia_mixed_mode_parents = mixed_mode_parents;

@@ -204,24 +204,7 @@ impl Engine {
             .filter_map(|(name, parent)| Some((name.clone(), parent.num_vfs?)))
             .collect();
         for (pf, num_vfs) in wanted {
-            let result = (|| {
-                let address: PciAddress = pf.parse()?;
-                self.wait_for_path(&pf, &crate::discovery::layout::pci_device(&address), None)?;
-                let current = discovery::read_sriov_pf(self.fs(), address).map(|p| p.num_vfs);
-                if current == Some(num_vfs) {
-                    return Ok(false);
-                }
-                let parent_lock = self.parent_lock(&pf);
-                let _serialized = lock(&parent_lock);
-                // Forced past records that name current VFs: a count that differs from the
-                // recorded one means every VF was re-made since (the kernel only changes a
-                // non-zero count through 0), so no record's device survives. Refusing here
-                // left the host on the other count until a later pass found the records gone
-                // and changed it then (seen in the crash torture). A VF held by a process is
-                // still refused, forced or not.
-                self.set_num_vfs_locked(address, num_vfs, DestroyOptions { force: true })?;
-                Ok::<bool, EngineError>(true)
-            })();
+            let result = self.restore_vf_count(&pf, num_vfs);
             match result {
                 Ok(true) => {
                     report.actions.push(ReconcileAction::VfsRestored {
@@ -237,6 +220,28 @@ impl Engine {
                 }),
             }
         }
+    }
+
+    /// Gives `pf` its recorded VF count again (VFs are gone after a reboot or a driver
+    /// reload; on an NVIDIA GPU through `sriov-manage`, see [`crate::engine::nvidia_sriov`]).
+    /// `Ok(false)` when it already has it.
+    pub(crate) fn restore_vf_count(&self, pf: &str, num_vfs: u32) -> Result<bool, EngineError> {
+        let address: PciAddress = pf.parse()?;
+        self.wait_for_path(pf, &crate::discovery::layout::pci_device(&address), None)?;
+        let current = discovery::read_sriov_pf(self.fs(), address).map(|p| p.num_vfs);
+        if current == Some(num_vfs) {
+            return Ok(false);
+        }
+        let parent_lock = self.parent_lock(pf);
+        let _serialized = lock(&parent_lock);
+        // Forced past records that name current VFs: a count that differs from the
+        // recorded one means every VF was re-made since (the kernel only changes a
+        // non-zero count through 0), so no record's device survives. Refusing here
+        // left the host on the other count until a later pass found the records gone
+        // and changed it then (seen in the crash torture). A VF held by a process is
+        // still refused, forced or not.
+        self.set_num_vfs_locked(address, num_vfs, DestroyOptions { force: true })?;
+        Ok(true)
     }
 
     fn reconcile_instances(&self, report: &mut ReconcileReport) -> Result<(), EngineError> {

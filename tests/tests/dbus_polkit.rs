@@ -91,7 +91,7 @@ fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
     let output = vgpuctl(
         &bus,
         Some(&member.name),
-        &["--json", "sriov", "0000:4b:00.0", "--vfs", "2"],
+        &["--json", "sriov", "0000:4b:00.0", "--vfs", "32"],
     );
     assert_eq!(vgpuctl_json(&output)["result"], "done");
     assert_eq!(

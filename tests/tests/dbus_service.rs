@@ -274,7 +274,7 @@ async fn sriov_job_completes_and_sigterm_stops_the_service() {
     let output = vgpuctl(
         &bus,
         None,
-        &["--json", "sriov", "0000:4b:00.0", "--vfs", "4"],
+        &["--json", "sriov", "0000:4b:00.0", "--vfs", "32"],
     );
     let result = vgpuctl_json(&output);
     assert_eq!(result["result"], "done", "{result}");
@@ -289,8 +289,8 @@ async fn sriov_job_completes_and_sigterm_stops_the_service() {
         .iter()
         .find(|p| p["name"] == "0000:4b:00.0")
         .unwrap();
-    assert_eq!(h200["sriov"]["num_vfs"], 4);
-    assert_eq!(h200["sriov"]["vfs"].as_array().unwrap().len(), 4);
+    assert_eq!(h200["sriov"]["num_vfs"], 32);
+    assert_eq!(h200["sriov"]["vfs"].as_array().unwrap().len(), 32);
 
     // A parent without SR-IOV is NotFound for `sriov`, naming it.
     let output = vgpuctl(&bus, None, &["sriov", "0000:3b:00.0", "--vfs", "1"]);

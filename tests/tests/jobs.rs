@@ -252,7 +252,7 @@ async fn a_claim_waiting_for_its_vf_completes_once_sriov_enables_it_or_times_out
         .await
         .unwrap();
     let enable = sriov
-        .set_num_vfs(4, HashMap::new())
+        .set_num_vfs(32, HashMap::new())
         .await
         .expect("SetNumVfs");
     // Both jobs end; the claim's only after the VF appeared.
@@ -279,7 +279,7 @@ async fn a_claim_waiting_for_its_vf_completes_once_sriov_enables_it_or_times_out
         .start_prepare_domain(
             "vm-never",
             "6f1c3a2e-0b9d-4e57-9a11-2c3d4e5f6a7d",
-            vec![claim_device("vf", "0000:4b:02.0")],
+            vec![claim_device("vf", "0000:4b:05.0")],
             options,
         )
         .await
@@ -289,7 +289,7 @@ async fn a_claim_waiting_for_its_vf_completes_once_sriov_enables_it_or_times_out
     assert!(
         seen.removed
             .1
-            .starts_with("TimedOut: parent 0000:4b:02.0 did not appear within 1s"),
+            .starts_with("TimedOut: parent 0000:4b:05.0 did not appear within 1s"),
         "{}",
         seen.removed.1
     );

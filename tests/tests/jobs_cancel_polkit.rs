@@ -353,7 +353,7 @@ async fn only_the_starter_or_a_holder_of_the_operations_action_may_cancel_a_job(
         .await
         .unwrap();
     let enable = sriov
-        .set_num_vfs(4, HashMap::new())
+        .set_num_vfs(32, HashMap::new())
         .await
         .expect("SetNumVfs");
     assert_eq!(ending(&mut signals, &enable).await.removed.0, "done");

@@ -63,7 +63,7 @@ fn a_vf_named_as_parent_is_waited_for_and_takes_the_instance() {
             .is_empty(),
         "nothing is created before the VF exists"
     );
-    let sriov = vgpuctl(&bus, None, &["sriov", H200, "--vfs", "2"]);
+    let sriov = vgpuctl(&bus, None, &["sriov", H200, "--vfs", "32"]);
     assert!(sriov.status.success(), "{}", stderr_of(&sriov));
     let created = waiting.wait_with_output().unwrap();
     assert!(created.status.success(), "{}", stderr_of(&created));

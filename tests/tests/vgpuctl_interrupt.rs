@@ -220,10 +220,13 @@ async fn ctrl_c_cancels_the_create_job_vgpuctl_waits_for() {
         "the job is no longer exported"
     );
     assert!(instances(&bus).is_empty(), "nothing created");
+    // Not read from here on: sriov-manage makes all 16 VFs, each an mdev parent with 15 types,
+    // and the unread signals would fill the stream's queue and stall this connection's replies.
+    drop(signals);
 
     // The parent appears now (hot-added by enabling SR-IOV): still nothing is created for the
     // abandoned request...
-    let enabled = vgpuctl(&bus, None, &["sriov", A2, "--vfs", "2"]);
+    let enabled = vgpuctl(&bus, None, &["sriov", A2, "--vfs", "16"]);
     assert!(
         enabled.status.success(),
         "{}",
@@ -422,7 +425,7 @@ async fn ctrl_c_on_a_job_that_cannot_be_cancelled_says_so_and_a_second_stops_wai
         .sim
         .inject_fault(Fault::block("*/sriov_numvfs").times(1));
 
-    let mut child = spawn_vgpuctl(&host.bus, &["sriov", H200, "--vfs", "2"]);
+    let mut child = spawn_vgpuctl(&host.bus, &["sriov", H200, "--vfs", "32"]);
     let lines = stderr_lines(&mut child);
     let job = job_appears(&host.client, "sriov-set-numvfs").await;
     let sim = host.sim.clone();
@@ -491,5 +494,5 @@ async fn ctrl_c_on_a_job_that_cannot_be_cancelled_says_so_and_a_second_stops_wai
         .find(|p| p["name"] == H200)
         .cloned()
         .expect("the H200");
-    assert_eq!(pf["sriov"]["num_vfs"], 2, "{pf}");
+    assert_eq!(pf["sriov"]["num_vfs"], 32, "{pf}");
 }

@@ -420,3 +420,101 @@ fn type_ids_and_a_helper_script_listing() {
     }
     assert_eq!(checked, 8);
 }
+
+/// Every `nvidia-smi vgpu -q` sample parses into its GPUs and vGPUs; the other `nvidia-smi
+/// vgpu` outputs of the same file are refused as another format, naming it.
+#[test]
+fn nvidia_smi_vgpu_query_samples_parse_with_vm_framebuffer_utilization_and_licence() {
+    use vgpu_profiles::vendor::parse_vgpu_query;
+    let all = samples("real-world/nvidia-sriov.md");
+    let queries: Vec<_> = all
+        .iter()
+        .filter(|s| s.heading.starts_with("nvidia-smi vgpu -q"))
+        .collect();
+    assert_eq!(
+        queries.len(),
+        2,
+        "{:?}",
+        all.iter().map(|s| &s.heading).collect::<Vec<_>>()
+    );
+
+    // RTX PRO 6000 Blackwell (trimmed): a MIG-backed vGPU without utilization, two DC-6Q.
+    let blackwell = queries
+        .iter()
+        .find(|s| s.heading.contains("Blackwell"))
+        .unwrap();
+    let gpus = parse_vgpu_query(&blackwell.text).expect("Blackwell sample parses");
+    let summary: Vec<(String, Option<u32>, usize)> = gpus
+        .iter()
+        .map(|g| (g.pci_address(), g.active_vgpus, g.vgpus.len()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("0000:42:00.0".to_owned(), Some(1), 1),
+            ("0000:8c:00.0".to_owned(), Some(2), 2)
+        ]
+    );
+    let mig = &gpus[0].vgpus[0];
+    assert_eq!(mig.vgpu_id, 3251637444);
+    assert_eq!(
+        mig.vm_uuid.as_deref(),
+        Some("6939a743-b4d3-4b8f-b917-a8f7009744ee")
+    );
+    assert_eq!(
+        mig.vgpu_name.as_deref(),
+        Some("NVIDIA RTX Pro 6000 Blackwell DC-1-12Q")
+    );
+    assert_eq!(
+        (mig.fb_total_mib, mig.fb_used_mib),
+        (Some(12288), Some(784))
+    );
+    assert_eq!(
+        (mig.gpu_utilization_percent, mig.memory_utilization_percent),
+        (None, None),
+        "MIG-backed: N/A"
+    );
+    let sliced = &gpus[1].vgpus[1];
+    assert_eq!(sliced.vm_name.as_deref(), Some("instance-00000030"));
+    assert_eq!(
+        (sliced.fb_used_mib, sliced.gpu_utilization_percent),
+        (Some(256), Some(0))
+    );
+    assert_eq!(sliced.license_status, None, "trimmed: not printed");
+
+    // Tesla P10 (complete): two P40-6Q in one VM, type id, mdev UUID, licence N/A.
+    let p10 = queries.iter().find(|s| s.heading.contains("P10")).unwrap();
+    let gpus = parse_vgpu_query(&p10.text).expect("P10 sample parses");
+    assert_eq!(gpus.len(), 1);
+    assert_eq!(gpus[0].pci_address(), "0000:82:00.0");
+    let vgpus = &gpus[0].vgpus;
+    assert_eq!(vgpus.len(), 2);
+    assert!(vgpus.iter().all(|v| v.vm_uuid.as_deref()
+        == Some("10a12241-1e83-4b70-bc59-a33d7c6d063c")
+        && v.vgpu_type == Some(50)
+        && v.license_status.is_none()
+        && v.fb_total_mib == Some(6144)
+        && v.gpu_utilization_percent == Some(0)));
+    assert_eq!(
+        vgpus[1].mdev_uuid.as_deref(),
+        Some("33485650-079b-11ee-9fca-8f6415d2734c")
+    );
+
+    // The table form of `nvidia-smi vgpu` is another format, said so.
+    for table in all.iter().filter(|s| {
+        s.heading.starts_with("nvidia-smi vgpu (") || s.heading.starts_with("nvidia-smi vgpu —")
+    }) {
+        let error = parse_vgpu_query(&table.text).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ParseError::WrongFormat {
+                    format: Format::NvidiaSmiVgpuQuery,
+                    ..
+                }
+            ),
+            "{}: {error}",
+            table.heading
+        );
+    }
+}

@@ -347,6 +347,30 @@ impl ManagerIface {
             .await
     }
 
+    /// Every profile, sorted by name, with whether one instance of it would be placed on the
+    /// host now and where, or why not (every parent's reason, then the GPUs that host no vGPU
+    /// and why). Creates nothing. No options yet.
+    #[zbus(out_args("profiles"))]
+    async fn fit_profiles(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+    ) -> Result<Vec<dbus_api::wire::ProfileFitEntry>, BusError> {
+        self.service
+            .metered("FitProfiles", async {
+                CallOptions::parse("FitProfiles", options, &[])?;
+                let fits = self.service.call(|engine| engine.profile_fit()).await?;
+                Ok(fits
+                    .into_iter()
+                    .map(|fit| dbus_api::wire::ProfileFitEntry {
+                        name: fit.name,
+                        fits: fit.fits,
+                        detail: fit.detail,
+                    })
+                    .collect())
+            })
+            .await
+    }
+
     /// Every mdev type in one reply, sorted by parent then id; option `parent s` keeps one
     /// parent's types (`NotFound` when there is no such parent).
     #[zbus(out_args("types"))]
@@ -814,10 +838,18 @@ impl ParentIface {
     fn numa_node(&self) -> i32 {
         self.data().numa_node
     }
-    /// How it can be split: `mdev`, `sriov`.
+    /// How it can be used: `mdev`, `sriov`; `passthrough` alone for a GPU that hosts no vGPU
+    /// but can be passed through whole; empty when the service can do nothing with it.
     #[zbus(property)]
     fn modes(&self) -> Vec<String> {
         self.data().modes.clone()
+    }
+    /// Why no vGPU can be made on it (`nvidia driver without vGPU support loaded (no mdev
+    /// types, no SR-IOV VFs); IOMMU off: no IOMMU group, so no pass-through`); empty when one
+    /// can.
+    #[zbus(property)]
+    fn reason(&self) -> String {
+        self.data().reason.clone()
     }
     /// Its mdev type objects.
     #[zbus(property)]

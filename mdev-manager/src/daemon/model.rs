@@ -42,8 +42,11 @@ pub struct ParentData {
     pub driver: String,
     /// NUMA node (-1 unknown).
     pub numa_node: i32,
-    /// `mdev`, `sriov`.
+    /// `mdev`, `sriov`; `passthrough` alone for a GPU that hosts no vGPU but can be passed
+    /// through whole; empty for one the service can do nothing with.
     pub modes: Vec<String>,
+    /// Why no vGPU can be made on it (empty when one can).
+    pub reason: String,
     /// Type objects.
     pub types: Vec<OwnedObjectPath>,
     /// Instance objects.
@@ -62,6 +65,7 @@ impl Properties for ParentData {
             ("Driver", Variant::from(self.driver.clone())),
             ("NumaNode", Variant::from(self.numa_node)),
             ("Modes", Variant::from(self.modes.clone())),
+            ("Reason", Variant::from(self.reason.clone())),
             ("Types", paths(&self.types)),
             ("Instances", paths(&self.instances)),
         ];
@@ -244,6 +248,7 @@ impl Model {
         let mut model = Self::build(inventory, &instances, &profiles);
         super::schedule::fill(&mut model, engine, inventory);
         fill_group_members(&mut model, engine);
+        fill_missing_sriov_manage(&mut model, engine, inventory);
         model
     }
 
@@ -271,15 +276,27 @@ impl Model {
                 .map(|p| p.function.address.to_string()),
         );
 
+        names.extend(
+            inventory
+                .other_gpus
+                .iter()
+                .map(|gpu| gpu.function.address.to_string()),
+        );
+
         for name in &names {
             let mdev = inventory.mdev_parents.iter().find(|p| &p.name == name);
+            let other_gpu = inventory
+                .other_gpus
+                .iter()
+                .find(|gpu| &gpu.function.address.to_string() == name);
             let pf = inventory
                 .sriov_pfs
                 .iter()
                 .find(|p| &p.function.address.to_string() == name);
             let function = mdev
                 .and_then(|m| m.pci.as_ref())
-                .or(pf.map(|p| &p.function));
+                .or(pf.map(|p| &p.function))
+                .or(other_gpu.map(|gpu| &gpu.function));
             let parent_path = path::parent_path(name);
             let mut modes = Vec::new();
             if mdev.is_some() {
@@ -287,6 +304,9 @@ impl Model {
             }
             if pf.is_some() {
                 modes.push("sriov".to_string());
+            }
+            if other_gpu.is_some_and(|gpu| gpu.passthrough) {
+                modes.push("passthrough".to_string());
             }
             let mut type_paths = Vec::new();
             for mdev_type in mdev.map(|m| m.types.as_slice()).unwrap_or_default() {
@@ -321,6 +341,7 @@ impl Model {
                     driver: function.and_then(|f| f.driver.clone()).unwrap_or_default(),
                     numa_node: function.and_then(|f| f.numa_node).unwrap_or(-1),
                     modes,
+                    reason: other_gpu.map(|gpu| gpu.reason()).unwrap_or_default(),
                     types: type_paths,
                     instances: instance_paths,
                     schedule: Default::default(),
@@ -358,6 +379,28 @@ impl Model {
             );
         }
         model
+    }
+}
+
+/// The `Reason` of an NVIDIA PF without VFs on a host without `sriov-manage`: its VFs (and so
+/// its vGPUs) cannot be made, although the kernel shows its SR-IOV capability.
+fn fill_missing_sriov_manage(model: &mut Model, engine: &Engine, inventory: &Inventory) {
+    let tool = &engine.config().nvidia_sriov_manage;
+    let mut installed = None;
+    for pf in &inventory.sriov_pfs {
+        if !crate::engine::nvidia_sriov::is_nvidia_pf(pf) || pf.num_vfs > 0 {
+            continue;
+        }
+        if !*installed.get_or_insert_with(|| engine.host().commands().installed(tool)) {
+            let name = pf.function.address.to_string();
+            if let Some(parent) = model.parents.get_mut(&path::parent_path(&name)) {
+                parent.reason = format!(
+                    "{} is not installed, so no VFs and no vGPU (it ships with {})",
+                    tool.display(),
+                    crate::engine::nvidia_sriov::SRIOV_MANAGE_PACKAGE
+                );
+            }
+        }
     }
 }
 

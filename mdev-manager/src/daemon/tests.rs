@@ -26,13 +26,25 @@ struct Fixture {
 }
 
 async fn fixture(authorizer: Arc<dyn Authorizer>) -> Fixture {
+    fixture_on("default", authorizer).await
+}
+
+async fn fixture_on(topology: &str, authorizer: Arc<dyn Authorizer>) -> Fixture {
+    fixture_with(topology, EngineConfig::default(), authorizer).await
+}
+
+async fn fixture_with(
+    topology: &str,
+    config: EngineConfig,
+    authorizer: Arc<dyn Authorizer>,
+) -> Fixture {
     let state = tempfile::tempdir().expect("temp dir");
-    let host = SimHost::builtin("default").expect("built-in topology");
+    let host = SimHost::builtin(topology).expect("built-in topology");
     let engine = Arc::new(
         Engine::new(
             Arc::new(host),
             Arc::new(DiskFiles::new(state.path())),
-            EngineConfig::default(),
+            config,
         )
         .expect("engine"),
     );
@@ -323,8 +335,9 @@ async fn set_num_vfs_returns_a_job_whose_completion_is_signalled() {
         .build()
         .await
         .unwrap();
+    // NVIDIA's sriov-manage enables every VF of the H200 (32) or none.
     let job = sriov
-        .set_num_vfs(4, HashMap::new())
+        .set_num_vfs(32, HashMap::new())
         .await
         .expect("SetNumVfs");
     assert!(
@@ -344,8 +357,8 @@ async fn set_num_vfs_returns_a_job_whose_completion_is_signalled() {
     let args = done.args().unwrap();
     assert_eq!(args.job.as_str(), job.as_str());
     assert_eq!(args.result, "done", "{}", args.message);
-    assert_eq!(sriov.num_vfs().await.unwrap(), 4);
-    assert_eq!(sriov.vfs().await.unwrap().len(), 4);
+    assert_eq!(sriov.num_vfs().await.unwrap(), 32);
+    assert_eq!(sriov.vfs().await.unwrap().len(), 32);
 
     // More VFs than the PF has is refused before any job starts.
     let error = ClientError::from(sriov.set_num_vfs(1000, HashMap::new()).await.unwrap_err());
@@ -515,4 +528,95 @@ async fn probe_needs_authorization() {
             .unwrap_err(),
     );
     assert_eq!(error.kind(), Some(ErrorKind::NotAuthorized), "{error}");
+}
+
+/// On the real H200 host (`h200-real`) the GPU that hosts no vGPU is still a parent, with
+/// why; a create aimed at it fails `NotSupported` naming it; `FitProfiles` says why nothing
+/// fits.
+#[tokio::test]
+async fn a_gpu_without_vgpu_support_is_a_parent_with_its_reason() {
+    let fixture = fixture_on("h200-real", Arc::new(AllowAll)).await;
+    let objects = managed_objects(&fixture.client).await;
+    let snapshot = dbus_api::wire::Snapshot::from_managed_objects(objects).expect("snapshot");
+    assert_eq!(snapshot.parents.len(), 1, "{:?}", snapshot.parents);
+    let gpu = &snapshot.parents[0];
+    assert_eq!(
+        (
+            gpu.name.as_str(),
+            gpu.vendor_id,
+            gpu.device_id,
+            gpu.driver.as_str()
+        ),
+        ("0000:00:06.0", 0x10de, 0x2335, "nvidia")
+    );
+    assert!(gpu.modes.is_empty(), "{:?}", gpu.modes);
+    assert_eq!(
+        gpu.reason,
+        "nvidia driver without vGPU support loaded (no mdev types, no SR-IOV VFs); \
+         IOMMU off: no IOMMU group, so no pass-through"
+    );
+
+    let manager = ManagerProxy::new(&fixture.client).await.expect("proxy");
+    let mut options = HashMap::new();
+    options.insert(option::PARENT, Variant::from("0000:00:06.0"));
+    let error = manager
+        .create_instances("nvidia-h200-35c", options)
+        .await
+        .expect_err("no vGPU on this GPU");
+    let error = ClientError::from(error);
+    assert_eq!(error.kind(), Some(ErrorKind::NotSupported), "{error}");
+    assert!(error.to_string().contains("0000:00:06.0"), "{error}");
+    assert!(error.to_string().contains("IOMMU off"), "{error}");
+
+    let fits = manager
+        .fit_profiles(HashMap::new())
+        .await
+        .expect("FitProfiles");
+    assert!(!fits.is_empty());
+    assert!(fits.iter().all(|f| !f.fits), "{fits:?}");
+    let h200 = fits
+        .iter()
+        .find(|f| f.name == "nvidia-h200-35c")
+        .expect("profile");
+    assert!(
+        h200.detail.contains("nvidia driver without vGPU support"),
+        "{h200:?}"
+    );
+}
+
+/// Usable parents carry an empty `Reason`.
+#[tokio::test]
+async fn usable_parents_have_no_reason() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let objects = managed_objects(&fixture.client).await;
+    let snapshot = dbus_api::wire::Snapshot::from_managed_objects(objects).expect("snapshot");
+    assert!(!snapshot.parents.is_empty());
+    for parent in &snapshot.parents {
+        assert_eq!(parent.reason, "", "{parent:?}");
+        assert!(!parent.modes.is_empty(), "{parent:?}");
+    }
+}
+
+/// An NVIDIA PF whose VFs cannot be made (no `sriov-manage` on the host) says so.
+#[tokio::test]
+async fn an_nvidia_pf_without_sriov_manage_has_the_missing_tool_as_its_reason() {
+    let config = EngineConfig {
+        nvidia_sriov_manage: "/opt/nvidia/sriov-manage".into(),
+        ..EngineConfig::default()
+    };
+    let fixture = fixture_with("default", config, Arc::new(AllowAll)).await;
+    let objects = managed_objects(&fixture.client).await;
+    let snapshot = dbus_api::wire::Snapshot::from_managed_objects(objects).expect("snapshot");
+    let h200 = snapshot.parent("0000:4b:00.0").expect("the H200");
+    assert!(
+        h200.reason
+            .starts_with("/opt/nvidia/sriov-manage is not installed, so no VFs and no vGPU"),
+        "{h200:?}"
+    );
+    assert!(h200.reason.contains("NVIDIA vGPU manager"), "{h200:?}");
+    // The AMD PF next to it is not NVIDIA's: no reason.
+    assert_eq!(
+        snapshot.parent("0000:0c:00.0").expect("the S7150").reason,
+        ""
+    );
 }

@@ -4,6 +4,7 @@
 //! The output is deterministic (every list sorted) and serde-serializable, so a golden file of
 //! an [`Inventory`] pins what discovery sees on a topology.
 
+pub mod gpus;
 pub mod layout;
 pub mod names;
 
@@ -26,6 +27,10 @@ pub struct Inventory {
     pub sriov_pfs: Vec<SriovPf>,
     /// Existing mdevs (`/sys/bus/mdev/devices/*`), sorted by UUID.
     pub mdevs: Vec<MdevDevice>,
+    /// GPUs (display-class functions) that are neither mdev parents, SR-IOV PFs nor VFs,
+    /// with why no vGPU can be made on them, sorted by address.
+    #[serde(default)]
+    pub other_gpus: Vec<gpus::OtherGpu>,
 }
 
 /// One mdev parent device.
@@ -168,10 +173,14 @@ impl DiscoveryError {
 /// Reads the whole inventory of a host. Devices that vanish while being read are left out
 /// (a removal racing with discovery is normal); only an unreadable top-level directory fails.
 pub fn discover(host: &dyn HostFs) -> Result<Inventory, DiscoveryError> {
+    let mdev_parents = discover_mdev_parents(host)?;
+    let sriov_pfs = discover_sriov_pfs(host)?;
+    let other_gpus = gpus::discover_other_gpus(host, &mdev_parents, &sriov_pfs)?;
     Ok(Inventory {
-        mdev_parents: discover_mdev_parents(host)?,
-        sriov_pfs: discover_sriov_pfs(host)?,
+        mdev_parents,
+        sriov_pfs,
         mdevs: discover_mdevs(host)?,
+        other_gpus,
     })
 }
 

@@ -168,3 +168,105 @@ fn discovery_on_an_empty_tree_is_empty_and_on_a_temp_tree_reads_nvidia_vfs() {
         [1145, 1146]
     );
 }
+
+/// The real H200 capture (see `src/sim/fixtures/README.md`): `name=value` attributes, then
+/// the device directory's file list.
+const H200_CAPTURE: &str = include_str!("../sim/fixtures/h200-pci-0000-00-06.0.txt");
+
+/// A temp tree holding the captured device: its attributes as files, its `driver` link, and
+/// an empty file for every other listed name.
+fn h200_tree(root: &Path) -> PathBuf {
+    let pci_bus = root.join("sys/bus/pci");
+    let device = pci_bus.join("devices/0000:00:06.0");
+    std::fs::create_dir_all(&device).unwrap();
+    std::fs::create_dir_all(pci_bus.join("drivers/nvidia")).unwrap();
+    for line in H200_CAPTURE.lines().skip(1) {
+        match line.split_once('=') {
+            Some(("driver", target)) => {
+                std::os::unix::fs::symlink(target, device.join("driver")).unwrap()
+            }
+            // An empty value is an absent link (no IOMMU group).
+            Some((_, "")) => {}
+            Some((name, value)) => std::fs::write(device.join(name), format!("{value}\n")).unwrap(),
+            // Already made from its value (the `driver` link dangles in this tree: its target
+            // is relative to the real /sys/devices path).
+            None if device.join(line).symlink_metadata().is_ok() => {}
+            None => std::fs::write(device.join(line), "").unwrap(),
+        }
+    }
+    device
+}
+
+#[test]
+fn a_real_h200_tree_is_listed_with_why_it_hosts_no_vgpu() {
+    let dir = tempfile::tempdir().unwrap();
+    h200_tree(dir.path());
+    let inventory = discover(&RealFs::new(dir.path())).unwrap();
+    assert!(inventory.mdev_parents.is_empty() && inventory.sriov_pfs.is_empty());
+    assert_eq!(inventory.other_gpus.len(), 1, "{inventory:?}");
+    let gpu = &inventory.other_gpus[0];
+    assert_eq!(gpu.function.address.to_string(), "0000:00:06.0");
+    assert_eq!(
+        (
+            gpu.function.vendor_id,
+            gpu.function.device_id,
+            gpu.function.class
+        ),
+        (Some(0x10de), Some(0x2335), Some(0x030200))
+    );
+    assert_eq!(gpu.function.driver.as_deref(), Some("nvidia"));
+    assert!(!gpu.passthrough, "no IOMMU group: no pass-through");
+    assert_eq!(
+        gpu.reason(),
+        "nvidia driver without vGPU support loaded (no mdev types, no SR-IOV VFs); \
+         IOMMU off: no IOMMU group, so no pass-through"
+    );
+}
+
+#[test]
+fn the_simulated_h200_real_host_discovers_like_the_real_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    h200_tree(dir.path());
+    let real = discover(&RealFs::new(dir.path())).unwrap();
+    let simulated = discover(&SimHost::builtin("h200-real").unwrap()).unwrap();
+    assert_eq!(simulated, real);
+    check_golden("h200-real", &simulated);
+}
+
+#[test]
+fn functions_that_are_no_gpu_or_a_vf_or_a_parent_are_not_other_gpus() {
+    // The default host's GPUs are all mdev parents or SR-IOV PFs; its VFs (3D class too)
+    // belong to their PFs.
+    let host = SimHost::builtin("default").unwrap();
+    host.write(
+        Path::new("/sys/bus/pci/devices/0000:4b:00.0/sriov_numvfs"),
+        b"2",
+    )
+    .unwrap();
+    assert_eq!(discover(&host).unwrap().other_gpus, []);
+    // The pass-through host's amdgpu and nouveau cards are listed; its audio function,
+    // bridge and NIC are not.
+    let text = include_str!("../../topologies/passthrough.toml");
+    let host = SimHost::from_topology_str(text).unwrap();
+    let gpus: Vec<(String, bool, String)> = discover(&host)
+        .unwrap()
+        .other_gpus
+        .iter()
+        .map(|g| (g.function.address.to_string(), g.passthrough, g.reason()))
+        .collect();
+    assert_eq!(
+        gpus,
+        [
+            (
+                "0000:41:00.0".to_owned(),
+                true,
+                "amdgpu driver offers no vGPU (no mdev types, no SR-IOV VFs)".to_owned()
+            ),
+            (
+                "0000:61:00.0".to_owned(),
+                true,
+                "nouveau driver offers no vGPU (no mdev types, no SR-IOV VFs)".to_owned()
+            ),
+        ]
+    );
+}

@@ -335,7 +335,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let engine = engine(&sim, dir.path());
         engine
-            .set_num_vfs("0000:4b:00.0", 2, Default::default())
+            .set_num_vfs("0000:4b:00.0", 32, Default::default())
             .unwrap();
         const VF: &str = "0000:4b:00.4";
         let before = driver(&sim, VF);

@@ -9,6 +9,7 @@ use vgpu_profiles::vendor::{Isolation, OfferedType, PciIdentity, TypeSource};
 use vgpu_profiles::Catalog;
 
 use super::{CreateTarget, EngineError, Inventory, ProfileSummary};
+use crate::discovery::gpus::OtherGpu;
 use crate::discovery::names::PciAddress;
 use crate::discovery::{PciFunction, SriovPf};
 use crate::state::StateFiles;
@@ -167,6 +168,12 @@ impl ProfileSet {
         }
         if let Some(parent) = &options.parent {
             if !parents.iter().any(|p| &p.address == parent) {
+                if let Some(gpu) = other_gpu(inventory, parent) {
+                    return Err(EngineError::NotSupported {
+                        what: format!("creating profile {profile_name} on GPU {parent}"),
+                        reason: gpu.reason(),
+                    });
+                }
                 return Err(EngineError::UnknownParent {
                     parent: parent.clone(),
                 });
@@ -175,7 +182,7 @@ impl ProfileSet {
         let placement =
             place(profile, &parents, options).map_err(|error| EngineError::NoCapacity {
                 what: format!("profile {profile_name}"),
-                detail: error.to_string(),
+                detail: with_other_gpus(error.to_string(), inventory),
             })?;
         let target = match placement.offered.source {
             TypeSource::Mdev { type_id } => CreateTarget::Mdev {
@@ -213,6 +220,28 @@ impl ProfileSet {
             ),
         })
     }
+}
+
+/// The GPU at `address` that hosts no vGPU, if that is what it is.
+pub(crate) fn other_gpu<'a>(inventory: &'a Inventory, address: &str) -> Option<&'a OtherGpu> {
+    inventory
+        .other_gpus
+        .iter()
+        .find(|gpu| gpu.function.address.to_string() == address)
+}
+
+/// A placement failure's detail, followed by the GPUs that host no vGPU and why (so "no
+/// parent" on a host whose only GPU lacks the vGPU manager says so).
+fn with_other_gpus(detail: String, inventory: &Inventory) -> String {
+    let mut detail = detail;
+    for gpu in &inventory.other_gpus {
+        detail.push_str(&format!(
+            "; GPU {} hosts no vGPU: {}",
+            gpu.function.address,
+            gpu.reason()
+        ));
+    }
+    detail
 }
 
 fn numa_of(pci: Option<&PciFunction>) -> Option<u32> {

@@ -741,13 +741,13 @@ fn reconcile_settles_a_vf_count_change_cut_short_in_one_pass() {
 fn nvidia_sriov_vgpu_takes_a_free_vf_and_clears_it() {
     let s = setup("default");
     s.engine
-        .set_num_vfs(H200, 2, DestroyOptions::default())
+        .set_num_vfs(H200, 32, DestroyOptions::default())
         .unwrap();
     let first = s
         .engine
         .create(CreateRequest::new(CreateTarget::NvidiaVf {
             pf: H200.into(),
-            type_id: 1403,
+            type_id: 1408,
             vf: None,
         }))
         .unwrap();
@@ -755,7 +755,7 @@ fn nvidia_sriov_vgpu_takes_a_free_vf_and_clears_it() {
         .engine
         .create(CreateRequest::new(CreateTarget::NvidiaVf {
             pf: H200.into(),
-            type_id: 1403,
+            type_id: 1408,
             vf: None,
         }))
         .unwrap();
@@ -767,15 +767,16 @@ fn nvidia_sriov_vgpu_takes_a_free_vf_and_clears_it() {
             )))
             .unwrap()
     };
-    assert_eq!(current(first.vf.unwrap()).trim(), "1403");
+    assert_eq!(current(first.vf.unwrap()).trim(), "1408");
     let error = s
         .engine
         .create(CreateRequest::new(CreateTarget::NvidiaVf {
             pf: H200.into(),
-            type_id: 1403,
+            type_id: 1408,
             vf: None,
         }))
         .unwrap_err();
+    // H200X-70C: two per GPU, so the third finds no VF that lists it.
     assert_eq!(error.kind(), ErrorKind::NoCapacity, "{error}");
     s.engine
         .destroy(&first.uuid, DestroyOptions::default())
@@ -1233,7 +1234,7 @@ fn profiles_resolve_to_mdev_types_nvidia_vfs_and_whole_vfs() {
 
     let d = setup("default");
     d.engine
-        .set_num_vfs(H200, 2, DestroyOptions::default())
+        .set_num_vfs(H200, 32, DestroyOptions::default())
         .unwrap();
     let vgpu = d.engine.create(profile("nvidia-h200-35c")).unwrap();
     assert_eq!(
@@ -1269,7 +1270,7 @@ fn virtfn(sim: &SimHost, pf: &str, index: u32) -> String {
 fn a_vf_named_as_the_parent_takes_the_instance_itself() {
     let d = setup("default");
     d.engine
-        .set_num_vfs(H200, 2, DestroyOptions::default())
+        .set_num_vfs(H200, 32, DestroyOptions::default())
         .unwrap();
     let second = virtfn(&d.sim, H200, 1);
     let vgpu = d
@@ -1691,7 +1692,7 @@ fn forcing_vfs_away_forgets_their_transient_instances() {
 fn vfs_a_host_driver_uses_are_only_taken_when_named() {
     let s = setup("default");
     s.engine
-        .set_num_vfs(H200, 1, DestroyOptions::default())
+        .set_num_vfs(H200, 32, DestroyOptions::default())
         .unwrap();
     let vf = s
         .engine
@@ -1739,7 +1740,7 @@ fn vfs_a_host_driver_uses_are_only_taken_when_named() {
 fn nvidia_sriov_vgpus_come_back_after_a_reboot() {
     let s = setup("default");
     s.engine
-        .set_num_vfs(H200, 2, DestroyOptions::default())
+        .set_num_vfs(H200, 32, DestroyOptions::default())
         .unwrap();
     let request = CreateRequest {
         autostart: true,
@@ -1758,7 +1759,7 @@ fn nvidia_sriov_vgpus_come_back_after_a_reboot() {
         vec![
             ReconcileAction::VfsRestored {
                 pf: H200.into(),
-                num_vfs: 2
+                num_vfs: 32
             },
             ReconcileAction::Recreated {
                 uuid: info.uuid.clone()

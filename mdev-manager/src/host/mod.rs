@@ -10,6 +10,14 @@
 //!
 //! Engine code above the seam is identical for both, so simulated tests exercise the code that
 //! runs on a real host.
+//!
+//! Vendor tools (NVIDIA's `sriov-manage`, `nvidia-smi`) are the second seam, [`command`]: each
+//! host hands out its [`HostCommands`] ([`HostFs::commands`]), real processes for [`RealFs`],
+//! the kernel double's models of the tools for the simulated host.
+
+pub mod command;
+
+pub use command::{CommandError, CommandOutput, HostCommands, RealCommands, RunLimits};
 
 use std::ffi::OsString;
 use std::io;
@@ -33,18 +41,27 @@ pub trait HostFs: Send + Sync + std::fmt::Debug {
     fn exists(&self, path: &Path) -> bool;
     /// Whether a path is a directory (following links).
     fn is_dir(&self, path: &Path) -> bool;
+    /// The host's vendor tools. The default is a host without any.
+    fn commands(&self) -> &dyn HostCommands {
+        &command::NoCommands
+    }
 }
 
 /// A [`HostFs`] over the real filesystem, every host path re-rooted under `root`.
 #[derive(Debug, Clone)]
 pub struct RealFs {
     root: PathBuf,
+    commands: RealCommands,
 }
 
 impl RealFs {
     /// A host rooted at `root` (`/` for the machine itself).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        let root = root.into();
+        Self {
+            commands: RealCommands::new(&root),
+            root,
+        }
     }
 
     /// The root every host path hangs off.
@@ -122,6 +139,10 @@ impl HostFs for RealFs {
 
     fn is_dir(&self, path: &Path) -> bool {
         self.resolve(path).map(|p| p.is_dir()).unwrap_or(false)
+    }
+
+    fn commands(&self) -> &dyn HostCommands {
+        &self.commands
     }
 }
 

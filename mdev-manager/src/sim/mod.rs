@@ -25,6 +25,7 @@
 mod events;
 mod faults;
 mod kparse;
+mod tools;
 mod topology;
 mod tree;
 mod world;
@@ -37,6 +38,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 pub use events::{SimEvent, UeventAction};
 pub use faults::{Fault, FaultAction, FaultId};
+pub use tools::SRIOV_MANAGE;
 pub use topology::{
     errno_name, CapacityKind, MdevParentSpec, MdevTypeSpec, NvidiaVgpuTypeSpec, PciAddress,
     PciDeviceSpec, PciDriverSpec, SriovSpec, Topology, TopologyError,
@@ -479,6 +481,10 @@ impl HostFs for SimHost {
             .resolve(text, true)
             .is_ok_and(|c| matches!(world.tree.get(&c), Some(Node::Dir(_))))
     }
+
+    fn commands(&self) -> &dyn crate::host::HostCommands {
+        self
+    }
 }
 
 /// A simulated process holding a VFIO group and device open. Dropping it (or
@@ -533,3 +539,5 @@ impl Drop for SimHolder {
 mod proptests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tools_tests;

@@ -924,7 +924,7 @@ fn path_errors_are_the_kernels() {
 /// Golden listing of each topology at boot: every entry, with file contents.
 #[test]
 fn golden_tree_listings() {
-    for name in ["default", "samples", "scale", "ampere"] {
+    for name in ["default", "samples", "scale", "ampere", "h200-real"] {
         let host = SimHost::builtin(name).unwrap();
         let values: std::collections::BTreeMap<String, String> = host
             .read_all_files()
@@ -1362,4 +1362,74 @@ fn freed_group_and_cdev_are_reused_and_capacity_is_per_parent() {
         "15\n"
     );
     assert_eq!(read(&host, &format!("{MTTY1}/available_instances")), "21\n");
+}
+
+/// `h200-real` is the real H200 host of `fixtures/h200-pci-0000-00-06.0.txt`: the same PCI
+/// attributes and driver, and like it no `sriov_*` files and no IOMMU group (the host has no
+/// IOMMU at all: `/sys/kernel/iommu_groups` is empty, and vfio-pci cannot take the GPU).
+#[test]
+fn h200_real_matches_the_real_host_capture() {
+    let capture = include_str!("fixtures/h200-pci-0000-00-06.0.txt");
+    let host = SimHost::builtin("h200-real").unwrap();
+    let dir = "/sys/bus/pci/devices/0000:00:06.0";
+    let listed: Vec<&str> = capture
+        .lines()
+        .skip(1)
+        .filter(|l| !l.contains('='))
+        .collect();
+    for line in capture.lines().skip(1) {
+        let Some((name, value)) = line.split_once('=') else {
+            continue;
+        };
+        match name {
+            "driver" => assert_eq!(
+                host.read_link(p(&format!("{dir}/driver")))
+                    .unwrap()
+                    .file_name()
+                    .unwrap(),
+                Path::new(value).file_name().unwrap()
+            ),
+            "iommu_group" => {
+                assert_eq!(value, "", "the capture has no IOMMU group");
+                assert!(!host.exists(p(&format!("{dir}/iommu_group"))));
+                assert!(listed.iter().all(|f| *f != "iommu_group"));
+            }
+            // Attributes the simulated host models carry the captured value.
+            "vendor" | "device" | "subsystem_vendor" | "subsystem_device" | "class"
+            | "numa_node" => assert_eq!(read(&host, &format!("{dir}/{name}")).trim(), value),
+            _ => {}
+        }
+    }
+    let sim_files: Vec<String> = host
+        .list(p(dir))
+        .unwrap()
+        .into_iter()
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect();
+    for file in &sim_files {
+        assert!(
+            listed.contains(&file.as_str()),
+            "{file} is not on the real host"
+        );
+    }
+    assert!(listed.iter().all(|f| !f.starts_with("sriov_")));
+    assert!(host.list(p("/sys/kernel/iommu_groups")).unwrap().is_empty());
+    // vfio-pci's probe finds no IOMMU group: EINVAL, the GPU stays unbound.
+    let mut topology = host.topology();
+    topology.pci_drivers.push(PciDriverSpec {
+        name: "vfio-pci".into(),
+        module: Some("vfio_pci".into()),
+        sriov_configure: false,
+        vfio: true,
+    });
+    let host = SimHost::new(topology);
+    host.write(p(&format!("{dir}/driver/unbind")), b"0000:00:06.0")
+        .unwrap();
+    host.write(p(&format!("{dir}/driver_override")), b"vfio-pci")
+        .unwrap();
+    assert_eq!(
+        errno_of(host.write(p("/sys/bus/pci/drivers/vfio-pci/bind"), b"0000:00:06.0")),
+        Some(libc::EINVAL)
+    );
+    assert!(!host.exists(p(&format!("{dir}/driver"))));
 }

@@ -41,7 +41,7 @@ pub enum TopologyError {
         problem: String,
     },
     /// `SimHost::builtin` was given a name no built-in topology has.
-    #[error("no built-in topology named {0:?} (have: default, samples, scale, ampere)")]
+    #[error("no built-in topology named {0:?} (have: default, samples, scale, ampere, h200-real)")]
     UnknownBuiltin(String),
 }
 
@@ -59,6 +59,15 @@ pub struct Topology {
     /// so groups made at run time (mdevs, VFs) are numbered from N like on the real host.
     #[serde(default)]
     pub hidden_iommu_groups: u32,
+    /// Whether the host has an IOMMU (default `true`). Without one (firmware or kernel
+    /// command line turned it off) the kernel makes no groups: no `iommu_group` links and an
+    /// empty `/sys/kernel/iommu_groups`, as on the real H200 host of `h200-real`.
+    #[serde(default = "default_iommu")]
+    pub iommu: bool,
+    /// Vendor tools installed on the host (host paths), answered by the simulated host's
+    /// models (`sim::tools`): `/usr/lib/nvidia/sriov-manage`.
+    #[serde(default)]
+    pub host_tools: Vec<String>,
     /// PCI drivers.
     #[serde(default, rename = "pci_driver")]
     pub pci_drivers: Vec<PciDriverSpec>,
@@ -118,8 +127,9 @@ pub struct PciDeviceSpec {
     /// NUMA node (`-1` = none).
     #[serde(default = "default_numa")]
     pub numa_node: i32,
-    /// IOMMU group number.
-    pub iommu_group: u32,
+    /// IOMMU group number (required unless the topology has `iommu = false`).
+    #[serde(default)]
+    pub iommu_group: Option<u32>,
     /// The driver that claims it when probed (and is bound at boot when loaded).
     #[serde(default)]
     pub driver: Option<String>,
@@ -130,6 +140,10 @@ pub struct PciDeviceSpec {
 
 fn default_numa() -> i32 {
     -1
+}
+
+fn default_iommu() -> bool {
+    true
 }
 
 /// The SR-IOV capability of a PF.
@@ -475,6 +489,12 @@ impl Topology {
                 PciAddress::parse(bridge)
                     .ok_or_else(|| TopologyError::BadPciAddress(bridge.clone()))?;
             }
+            if self.iommu && device.iommu_group.is_none() {
+                return Err(invalid(
+                    &device.bdf,
+                    "iommu_group is required (the host has an IOMMU)".to_string(),
+                ));
+            }
             if device.class > 0xff_ffff {
                 return Err(invalid(
                     &device.bdf,
@@ -703,6 +723,7 @@ pub(crate) fn builtin_text(name: &str) -> Option<&'static str> {
         "samples" => Some(include_str!("../../topologies/samples.toml")),
         "scale" => Some(include_str!("../../topologies/scale.toml")),
         "ampere" => Some(include_str!("../../topologies/ampere.toml")),
+        "h200-real" => Some(include_str!("../../topologies/h200-real.toml")),
         _ => None,
     }
 }
@@ -730,7 +751,7 @@ mod tests {
 
     #[test]
     fn builtins_validate() {
-        for name in ["default", "samples", "scale", "ampere"] {
+        for name in ["default", "samples", "scale", "ampere", "h200-real"] {
             let text = builtin_text(name).unwrap();
             if let Err(error) = Topology::from_toml(text) {
                 panic!("{name}: {error}: {:?}", std::error::Error::source(&error));

@@ -78,7 +78,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     results.insert(
         "Sriov.SetNumVfs",
-        outcome(sriov.set_num_vfs(2, none()).await),
+        outcome(sriov.set_num_vfs(32, none()).await),
     );
     // The scheduling methods have no typed proxy; raw calls with their published signatures,
     // made before Destroy removes the instance.

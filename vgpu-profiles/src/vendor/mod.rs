@@ -1,6 +1,6 @@
 //! Parsers for what vendor drivers show on a host: mdev type directories, NVIDIA, Intel
 //! GVT-g and kernel-sample type descriptions, NVIDIA vGPU type names, NVIDIA SR-IOV
-//! `creatable_vgpu_types`, and `nvidia-smi mig` tables.
+//! `creatable_vgpu_types`, `nvidia-smi mig` tables and `nvidia-smi vgpu -q`.
 //!
 //! Every parser takes the text the service read and returns a typed [`ParseError`] on
 //! malformed input; none panics. The service adds the path it read from when it reports an
@@ -10,6 +10,7 @@ mod gvt;
 mod mdev;
 mod mig;
 mod nvidia;
+mod nvidia_smi;
 mod offered;
 mod samples;
 
@@ -24,6 +25,7 @@ pub use mig::{
 pub use nvidia::{
     CreatableVgpuType, MigMediaAttr, NvidiaDescription, NvidiaSeries, NvidiaTypeName,
 };
+pub use nvidia_smi::{parse_vgpu_query, VgpuQueryGpu, VgpuQueryRecord};
 pub use offered::{
     DisplayCaps, Isolation, OfferedType, PciIdentity, TypeDescription, TypeSource, Vendor,
 };
@@ -62,6 +64,8 @@ pub enum Format {
     MigPlacements,
     /// `nvidia-smi mig -lgi` (existing GPU instances table).
     MigInstances,
+    /// `nvidia-smi vgpu -q` (running vGPUs per GPU).
+    NvidiaSmiVgpuQuery,
 }
 
 impl fmt::Display for Format {
@@ -80,6 +84,7 @@ impl fmt::Display for Format {
             Format::MigProfiles => "`nvidia-smi mig -lgip` output",
             Format::MigPlacements => "`nvidia-smi mig -lgipp` output",
             Format::MigInstances => "`nvidia-smi mig -lgi` output",
+            Format::NvidiaSmiVgpuQuery => "`nvidia-smi vgpu -q` output",
         })
     }
 }

@@ -54,7 +54,11 @@ impl Placement {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List the profiles instances can be created from.
-    Profiles,
+    Profiles {
+        /// Say for each profile whether it fits this host now (where it would go) or why not.
+        #[arg(long)]
+        fit: bool,
+    },
     /// List the parent devices (GPUs) and how they can be split.
     Parents,
     /// List the mdev types, of every parent or of one.

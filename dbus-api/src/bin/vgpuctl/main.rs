@@ -233,7 +233,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let json = cli.json;
     match &cli.command {
         Command::Generate { .. } | Command::InstallHook { .. } => unreachable!("handled above"),
-        Command::Profiles => {
+        Command::Profiles { fit: true } => {
+            let fits = manager(&connection)
+                .await?
+                .fit_profiles(HashMap::new())
+                .await
+                .map_err(ClientError::from)?;
+            if json {
+                return print_json(&fits);
+            }
+            table::print(
+                &["PROFILE", "FITS", "WHERE OR WHY NOT"],
+                fits.iter().map(|f| {
+                    vec![
+                        f.name.clone(),
+                        if f.fits { "yes" } else { "no" }.to_string(),
+                        f.detail.clone(),
+                    ]
+                }),
+            );
+        }
+        Command::Profiles { fit: false } => {
             let snapshot = snapshot(&connection).await?;
             if json {
                 return print_json(&snapshot.profiles);
@@ -260,19 +280,25 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     "TYPES",
                     "INSTANCES",
                     "VFS",
+                    "REASON",
                 ],
                 snapshot.parents.iter().map(|p| {
                     vec![
                         p.name.clone(),
                         format!("{:04x}:{:04x}", p.vendor_id, p.device_id),
                         p.driver.clone(),
-                        p.modes.join(","),
+                        if p.modes.is_empty() {
+                            "-".to_string()
+                        } else {
+                            p.modes.join(",")
+                        },
                         p.types.len().to_string(),
                         p.instances.len().to_string(),
                         p.sriov
                             .as_ref()
                             .map(|s| format!("{}/{}", s.num_vfs, s.total_vfs))
                             .unwrap_or_else(|| "-".into()),
+                        p.reason.clone(),
                     ]
                 }),
             );

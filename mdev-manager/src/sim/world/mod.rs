@@ -271,13 +271,18 @@ impl World {
                 autoprobe: true,
                 vfs: Vec::new(),
             });
-            world.groups.entry(spec.iommu_group).or_default();
+            // Validated: every device has a group when the host has an IOMMU; without one the
+            // number is never shown (no links, no group directories).
+            let group = spec.iommu_group.unwrap_or(0);
+            if topology.iommu {
+                world.groups.entry(group).or_default();
+            }
             world.add_pci(
                 &spec.bdf,
                 Pci {
                     address,
                     dir,
-                    group: spec.iommu_group,
+                    group,
                     native_driver: spec.driver.clone(),
                     driver: None,
                     driver_override: None,

@@ -30,10 +30,12 @@ impl World {
         );
         self.tree
             .add_relative_link(&join(&dir, "subsystem"), "/sys/bus/pci");
-        self.tree.add_relative_link(
-            &join(&dir, "iommu_group"),
-            &format!("{SYS_GROUPS}/{}", pci.group),
-        );
+        if self.topology.iommu {
+            self.tree.add_relative_link(
+                &join(&dir, "iommu_group"),
+                &format!("{SYS_GROUPS}/{}", pci.group),
+            );
+        }
         if let Some(sriov) = &pci.sriov {
             let spec = &sriov.spec;
             self.tree.add_file(
@@ -73,13 +75,22 @@ impl World {
             .add_relative_link(&join(SYS_PCI_DEVICES, bdf), &dir);
         let group = pci.group;
         self.pci.insert(bdf.to_string(), pci);
-        self.group_join(group, &dir, bdf);
+        if self.topology.iommu {
+            self.group_join(group, &dir, bdf);
+        }
     }
 
     pub(super) fn driver_loaded(&self, driver: &str) -> bool {
         self.drivers
             .get(driver)
             .is_some_and(|d| self.modules.get(d.module_name()) == Some(&true))
+    }
+
+    /// Whether the driver's probe accepts a device: `vfio-pci` refuses every device on a host
+    /// without an IOMMU (`vfio_pci_core_register_device` finds no group: EINVAL), unless the
+    /// unsafe no-IOMMU mode is on, which the simulated host does not model.
+    pub(super) fn probe_succeeds(&self, driver: &str) -> bool {
+        self.topology.iommu || !self.drivers.get(driver).is_some_and(|d| d.vfio)
     }
 
     /// `pci_match_device` with `driver_override`: only the named driver when set, else the
@@ -100,7 +111,9 @@ impl World {
         let candidate = self
             .drivers
             .keys()
-            .find(|d| self.driver_loaded(d) && self.driver_matches(pci, d))
+            .find(|d| {
+                self.driver_loaded(d) && self.driver_matches(pci, d) && self.probe_succeeds(d)
+            })
             .cloned();
         if let Some(driver) = candidate {
             self.bind(bdf, &driver);
@@ -528,6 +541,9 @@ impl World {
         }
         if pci.driver.is_some() {
             return Err(libc::EBUSY);
+        }
+        if !self.probe_succeeds(driver) {
+            return Err(libc::EINVAL);
         }
         self.bind(&bdf, driver);
         Ok(())
