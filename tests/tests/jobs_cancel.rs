@@ -171,6 +171,7 @@ async fn a_cancelled_wait_for_a_parent_claims_nothing_and_release_jobs_are_not_c
     assert_eq!(result, "cancelled", "{message}");
     assert!(
         message.contains("cancelled before parent 0000:4b:00.4 appeared")
+            || message.contains("cancelled before claiming vf PCI 0000:4b:00.4")
             || message.contains("cancelled before starting"),
         "{message}"
     );
