@@ -88,6 +88,9 @@ pub mod option {
     pub const NUMA_NODE: &str = "numa-node";
     /// `b`: accept only parents on `numa-node` (needs `numa-node`).
     pub const NUMA_STRICT: &str = "numa-strict";
+    /// `b` (`Instance.SetAutostart`): keep (`true`) or drop (`false`) the instance's
+    /// definition; a running device stays running either way (mdevctl's define/undefine).
+    pub const PERSISTENT: &str = "persistent";
 }
 
 /// Values of the `placement` option (and of the `placement` config key).
@@ -121,6 +124,9 @@ pub mod device_key {
     pub const NUMA_NODE: &str = "numa-node";
     /// `b`: only parents on `numa-node` (as the option).
     pub const NUMA_STRICT: &str = "numa-strict";
+    /// `b` (`Instance.SetAutostart`): keep (`true`) or drop (`false`) the instance's
+    /// definition; a running device stays running either way (mdevctl's define/undefine).
+    pub const PERSISTENT: &str = "persistent";
 }
 
 /// The `Kind` property of an instance.

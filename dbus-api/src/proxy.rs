@@ -274,7 +274,8 @@ pub trait Instance {
     /// `Destroy` as a Job (returned at once; not cancelable).
     #[zbus(allow_interactive_auth)]
     fn start_destroy(&self, options: Options<'_>) -> zbus::Result<OwnedObjectPath>;
-    /// Sets the autostart flag (which makes the instance persistent).
+    /// Sets the autostart flag (which makes the instance persistent); option `persistent b`
+    /// keeps or drops the definition explicitly.
     #[zbus(allow_interactive_auth)]
     fn set_autostart(&self, autostart: bool, options: Options<'_>) -> zbus::Result<()>;
 }

@@ -25,7 +25,7 @@ pub struct Cli {
 pub enum Command {
     /// Define a persistent mediated device.
     Define(Define),
-    /// Undefine a persistent mediated device (its device must be stopped).
+    /// Undefine a persistent mediated device.
     Undefine(Undefine),
     /// Modify the definition of a mediated device.
     Modify(Modify),
@@ -105,7 +105,12 @@ pub struct Modify {
     #[arg(short, long)]
     pub index: Option<u32>,
     /// Attribute value.
-    #[arg(long, requires("addattr"), conflicts_with("delattr"), value_name = "attr_value")]
+    #[arg(
+        long,
+        requires("addattr"),
+        conflicts_with("delattr"),
+        value_name = "attr_value"
+    )]
     pub value: Option<String>,
     /// Start automatically.
     #[arg(short, long, conflicts_with_all(["index", "value"]))]

@@ -4,8 +4,7 @@
 //!
 //! What the service cannot do yet is refused with [`CommandError::NotSupported`] before
 //! anything changes (docs/libvirt.md, "mdevctl compatibility"): creating a device or a
-//! definition from a bare mdev type (the service creates from profiles), mdev attributes,
-//! and undefining a running device without removing it.
+//! definition from a bare mdev type (the service creates from profiles) and mdev attributes.
 
 use crate::cli;
 use crate::definition::{Definition, DefinitionError};
@@ -58,6 +57,11 @@ fn on_parent(parent: &Option<String>) -> String {
 
 fn no_options() -> Options<'static> {
     Options::new()
+}
+
+/// `SetAutostart` options that keep (`true`) or drop (`false`) the definition.
+fn persistence(persistent: bool) -> Options<'static> {
+    Options::from([(dbus_api::names::option::PERSISTENT, persistent.into())])
 }
 
 /// The service's mdev instances as mdevctl devices.
@@ -126,7 +130,9 @@ pub async fn list(
     args: &cli::List,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
+    let manager = ManagerProxy::new(connection)
+        .await
+        .map_err(ClientError::from)?;
     let listing = if args.defined {
         Listing::Defined
     } else {
@@ -158,7 +164,9 @@ pub async fn types(
     args: &cli::Types,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
+    let manager = ManagerProxy::new(connection)
+        .await
+        .map_err(ClientError::from)?;
     let mut options = no_options();
     if let Some(parent) = &args.parent {
         options.insert("parent", parent.as_str().into());
@@ -192,7 +200,9 @@ pub async fn types(
 
 /// `mdevctl start`: a defined device by UUID; a new transient device is not supported yet.
 pub async fn start(connection: &zbus::Connection, args: &cli::Start) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
+    let manager = ManagerProxy::new(connection)
+        .await
+        .map_err(ClientError::from)?;
     if args.jsonfile.is_some() || args.uuid.is_none() {
         if let Some(path) = &args.jsonfile {
             Definition::read(path)?;
@@ -210,7 +220,9 @@ pub async fn start(connection: &zbus::Connection, args: &cli::Start) -> Result<(
         .filter(|d| d.defined);
     let Some(device) = defined else {
         if args.parent.is_some() || args.mdev_type.is_some() {
-            return Err(raw_type_unsupported(&format!("mdevctl start of device {uuid}")));
+            return Err(raw_type_unsupported(&format!(
+                "mdevctl start of device {uuid}"
+            )));
         }
         return Err(CommandError::NotDefined {
             uuid,
@@ -235,7 +247,9 @@ pub async fn start(connection: &zbus::Connection, args: &cli::Start) -> Result<(
 
 /// `mdevctl stop`: a defined device keeps its definition, a transient one is removed.
 pub async fn stop(connection: &zbus::Connection, args: &cli::Stop) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
+    let manager = ManagerProxy::new(connection)
+        .await
+        .map_err(ClientError::from)?;
     let device = find(&manager, args.uuid, None)
         .await?
         .filter(|d| d.active)
@@ -250,41 +264,43 @@ pub async fn stop(connection: &zbus::Connection, args: &cli::Stop) -> Result<(),
     Ok(())
 }
 
-/// `mdevctl undefine`: forgets the definition of a stopped device.
+/// `mdevctl undefine`: forgets a definition; a running device keeps running (as transient).
 pub async fn undefine(
     connection: &zbus::Connection,
     args: &cli::Undefine,
 ) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
+    let manager = ManagerProxy::new(connection)
+        .await
+        .map_err(ClientError::from)?;
     let device = find(&manager, args.uuid, args.parent.as_deref())
         .await?
         .filter(|d| d.defined)
         .ok_or_else(|| CommandError::Invalid("No devices match the specified uuid".into()))?;
+    let proxy = instance(connection, &device.uuid).await?;
     if device.active {
-        return Err(CommandError::NotSupported(format!(
-            "device {} on {} is running: mdev-manager cannot undefine a running device without \
-             removing it (not supported yet); stop it first (mdevctl stop --uuid={})",
-            device.uuid, device.parent, device.uuid
-        )));
+        // The running device stays; only its definition goes (it becomes transient).
+        proxy.set_autostart(false, persistence(false)).await
+    } else {
+        proxy.destroy(no_options()).await
     }
-    instance(connection, &device.uuid)
-        .await?
-        .destroy(no_options())
-        .await
-        .map_err(ClientError::from)?;
+    .map_err(ClientError::from)?;
     Ok(())
 }
 
 /// `mdevctl define`: gives a running transient device a definition (what mdevctl does for
 /// `define --uuid U` of an active device); a definition from a bare type is not supported yet.
 pub async fn define(connection: &zbus::Connection, args: &cli::Define) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
+    let manager = ManagerProxy::new(connection)
+        .await
+        .map_err(ClientError::from)?;
     let definition = args.jsonfile.as_deref().map(Definition::read).transpose()?;
     let Some(uuid) = args.uuid else {
         return Err(raw_type_unsupported("mdevctl define of a new device"));
     };
     let Some(device) = find(&manager, uuid, args.parent.as_deref()).await? else {
-        return Err(raw_type_unsupported(&format!("mdevctl define of device {uuid}")));
+        return Err(raw_type_unsupported(&format!(
+            "mdevctl define of device {uuid}"
+        )));
     };
     if device.defined {
         return Err(CommandError::Invalid(format!(
@@ -307,7 +323,7 @@ pub async fn define(connection: &zbus::Connection, args: &cli::Define) -> Result
     let autostart = definition.map(|d| d.autostart).unwrap_or(args.auto);
     instance(connection, &device.uuid)
         .await?
-        .set_autostart(autostart, no_options())
+        .set_autostart(autostart, persistence(true))
         .await
         .map_err(ClientError::from)?;
     Ok(())
@@ -316,7 +332,9 @@ pub async fn define(connection: &zbus::Connection, args: &cli::Define) -> Result
 /// `mdevctl modify`: the start mode of a definition (`--auto`, `--manual`, or `start` of a
 /// `--jsonfile` with the same type and no attributes).
 pub async fn modify(connection: &zbus::Connection, args: &cli::Modify) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
+    let manager = ManagerProxy::new(connection)
+        .await
+        .map_err(ClientError::from)?;
     let uuid_text = args.uuid.hyphenated().to_string();
     if args.addattr.is_some() || args.delattr {
         return Err(attrs_unsupported(&uuid_text));
@@ -381,7 +399,11 @@ pub async fn modify(connection: &zbus::Connection, args: &cli::Modify) -> Result
                     "'auto' and 'manual' are mutually exclusive".into(),
                 ));
             }
-            if args.mdev_type.as_ref().is_some_and(|t| *t != device.mdev_type) {
+            if args
+                .mdev_type
+                .as_ref()
+                .is_some_and(|t| *t != device.mdev_type)
+            {
                 return Err(raw_type_unsupported(&format!(
                     "changing the type of device {uuid_text}"
                 )));
@@ -411,10 +433,11 @@ pub async fn start_parent_mdevs(
     connection: &zbus::Connection,
     args: &cli::StartParentMdevs,
 ) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
+    let manager = ManagerProxy::new(connection)
+        .await
+        .map_err(ClientError::from)?;
     for device in devices(&manager).await? {
-        if device.parent != args.parent || !device.defined || !device.autostart || device.active
-        {
+        if device.parent != args.parent || !device.defined || !device.autostart || device.active {
             continue;
         }
         let started = match instance(connection, &device.uuid).await {

@@ -114,7 +114,10 @@ mod tests {
         assert!(with.autostart);
         assert_eq!(
             with.attrs,
-            vec![("assign_adapter".into(), "5".into()), ("b".into(), "6".into())]
+            vec![
+                ("assign_adapter".into(), "5".into()),
+                ("b".into(), "6".into())
+            ]
         );
     }
 
@@ -125,8 +128,10 @@ mod tests {
         assert!(Definition::parse(r#"{"mdev_type":"x","start":"soon"}"#)
             .unwrap_err()
             .contains("soon"));
-        assert!(Definition::parse(r#"{"mdev_type":"x","attrs":[{"a":"1","b":"2"}]}"#)
-            .unwrap_err()
-            .contains("one key"));
+        assert!(
+            Definition::parse(r#"{"mdev_type":"x","attrs":[{"a":"1","b":"2"}]}"#)
+                .unwrap_err()
+                .contains("one key")
+        );
     }
 }

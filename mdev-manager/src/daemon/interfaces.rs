@@ -1222,7 +1222,8 @@ impl InstanceIface {
         Ok(())
     }
 
-    /// Sets autostart; turning it on also makes the instance persistent.
+    /// Sets autostart; turning it on also makes the instance persistent. Option `persistent b`
+    /// keeps or drops the definition explicitly (`false` with autostart on is `InvalidArgs`).
     async fn set_autostart(
         &self,
         autostart: bool,
@@ -1230,7 +1231,14 @@ impl InstanceIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        let options = CallOptions::parse("SetAutostart", options, &[])?;
+        let options = CallOptions::parse("SetAutostart", options, &[option::PERSISTENT])?;
+        let persistent_option = options.boolean(option::PERSISTENT)?;
+        if autostart && persistent_option == Some(false) {
+            return Err(BusError::InvalidArgs(format!(
+                "SetAutostart: instance {}: autostart needs a definition (option persistent false)",
+                self.data().uuid
+            )));
+        }
         let request = self.request(
             action::MANAGE_PERSISTENT,
             "set-autostart",
@@ -1239,7 +1247,7 @@ impl InstanceIface {
         );
         self.service.authorizer.check(request).await?;
         let uuid = self.data().uuid.clone();
-        let persistent = autostart || self.data().persistent;
+        let persistent = persistent_option.unwrap_or(autostart || self.data().persistent);
         self.service
             .call(move |engine| engine.set_persistence(&uuid, persistent, autostart))
             .await?;
