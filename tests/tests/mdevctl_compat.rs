@@ -164,7 +164,7 @@ fn libvirts_lifecycle_commands_change_the_services_instances() {
     assert!(probe.status.success(), "{probe:?}");
 
     // nodedev-destroy: stop keeps the definition.
-    stdout(&mdevctl(&bus, &[&"stop", "-u", &defined][..], ""));
+    stdout(&mdevctl(&bus, &["stop", "-u", &defined], ""));
     let stopped = record(&bus, &defined).expect("definition kept");
     assert_eq!(stopped["active"], false);
     assert_eq!(stopped["persistent"], true);
