@@ -90,7 +90,11 @@ pub mod option {
     pub const NUMA_STRICT: &str = "numa-strict";
     /// `b` (`Instance.SetAutostart`): keep (`true`) or drop (`false`) the instance's
     /// definition; a running device stays running either way (mdevctl's define/undefine).
+    /// On `CreateInstances`: keep a definition without autostart.
     pub const PERSISTENT: &str = "persistent";
+    /// `s` (`CreateInstances`): create an mdev of this type id on `parent` (required) instead
+    /// of from a profile (the profile argument is then empty): what mdevctl and libvirt ask for.
+    pub const TYPE: &str = "type";
 }
 
 /// Values of the `placement` option (and of the `placement` config key).
@@ -126,7 +130,11 @@ pub mod device_key {
     pub const NUMA_STRICT: &str = "numa-strict";
     /// `b` (`Instance.SetAutostart`): keep (`true`) or drop (`false`) the instance's
     /// definition; a running device stays running either way (mdevctl's define/undefine).
+    /// On `CreateInstances`: keep a definition without autostart.
     pub const PERSISTENT: &str = "persistent";
+    /// `s` (`CreateInstances`): create an mdev of this type id on `parent` (required) instead
+    /// of from a profile (the profile argument is then empty): what mdevctl and libvirt ask for.
+    pub const TYPE: &str = "type";
 }
 
 /// The `Kind` property of an instance.

@@ -3,8 +3,8 @@
 //! change is the service's (authorization, state, claims) and its errors are the service's.
 //!
 //! What the service cannot do yet is refused with [`CommandError::NotSupported`] before
-//! anything changes (docs/libvirt.md, "mdevctl compatibility"): creating a device or a
-//! definition from a bare mdev type (the service creates from profiles) and mdev attributes.
+//! anything changes (docs/libvirt.md, "Node devices"): mdev attributes and changing the type
+//! of a definition.
 
 use crate::cli;
 use crate::definition::{Definition, DefinitionError};
@@ -110,11 +110,10 @@ async fn instance<'a>(
     Ok(proxy)
 }
 
-fn raw_type_unsupported(what: &str) -> CommandError {
+fn type_change_unsupported(uuid: &str) -> CommandError {
     CommandError::NotSupported(format!(
-        "{what}: mdev-manager creates devices from profiles, not from a bare mdev type \
-         (not supported yet); create it with `vgpuctl create PROFILE --parent PARENT` \
-         (add --autostart for a definition)"
+        "device {uuid}: changing the mdev type of a definition is not supported by \
+         mdev-manager yet; undefine it and define it again with the new type"
     ))
 }
 
@@ -198,50 +197,131 @@ pub async fn types(
     Ok(())
 }
 
-/// `mdevctl start`: a defined device by UUID; a new transient device is not supported yet.
-pub async fn start(connection: &zbus::Connection, args: &cli::Start) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection)
+/// Creates an mdev of `mdev_type` on `parent` through the service (`CreateInstances` with
+/// option `type`); returns its UUID.
+async fn create(
+    connection: &zbus::Connection,
+    manager: &ManagerProxy<'_>,
+    target: NewDevice<'_>,
+) -> Result<String, CommandError> {
+    use dbus_api::names::option;
+    let mut options = no_options();
+    options.insert(option::PARENT, target.parent.into());
+    options.insert(option::TYPE, target.mdev_type.into());
+    if let Some(uuid) = target.uuid {
+        options.insert(option::UUID, uuid.hyphenated().to_string().into());
+    }
+    if target.persistent {
+        options.insert(option::PERSISTENT, true.into());
+    }
+    if target.autostart {
+        options.insert(option::AUTOSTART, true.into());
+    }
+    let paths = manager
+        .create_instances("", options)
         .await
         .map_err(ClientError::from)?;
-    if args.jsonfile.is_some() || args.uuid.is_none() {
-        if let Some(path) = &args.jsonfile {
-            Definition::read(path)?;
-            if args.parent.is_none() {
+    let path = paths.into_iter().next().ok_or_else(|| {
+        CommandError::Invalid(format!(
+            "the service created no device of type {} on {}",
+            target.mdev_type, target.parent
+        ))
+    })?;
+    let proxy = InstanceProxy::builder(connection)
+        .path(path)
+        .build()
+        .await
+        .map_err(ClientError::from)?;
+    Ok(proxy.uuid().await.map_err(ClientError::from)?)
+}
+
+/// What [`create`] makes.
+struct NewDevice<'a> {
+    parent: &'a str,
+    mdev_type: &'a str,
+    uuid: Option<Uuid>,
+    persistent: bool,
+    autostart: bool,
+}
+
+/// `mdevctl start`: a defined device by UUID, or a new transient device from `--parent` and
+/// `--type` or `--jsonfile` (its UUID printed when mdevctl would print it: none was given).
+pub async fn start(
+    connection: &zbus::Connection,
+    args: &cli::Start,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
+    let (parent, mdev_type) = match &args.jsonfile {
+        Some(path) => {
+            let definition = Definition::read(path)?;
+            let Some(parent) = &args.parent else {
                 return Err(CommandError::Invalid(
                     "Parent device required to start device via json file".into(),
                 ));
+            };
+            if !definition.attrs.is_empty() {
+                return Err(attrs_unsupported(
+                    &args.uuid.map(|u| u.to_string()).unwrap_or_default(),
+                ));
+            }
+            (parent.clone(), definition.mdev_type)
+        }
+        None => {
+            if let Some(uuid) = args.uuid {
+                let defined = find(&manager, uuid, args.parent.as_deref())
+                    .await?
+                    .filter(|d| d.defined);
+                if let Some(device) = defined {
+                    if args.mdev_type.as_ref().is_some_and(|t| *t != device.mdev_type) {
+                        return Err(CommandError::Invalid(format!(
+                            "Device {} already exists on parent {} with type {}",
+                            device.uuid, device.parent, device.mdev_type
+                        )));
+                    }
+                    instance(connection, &device.uuid)
+                        .await?
+                        .start(no_options())
+                        .await
+                        .map_err(ClientError::from)?;
+                    return Ok(());
+                }
+            }
+            match (&args.parent, &args.mdev_type) {
+                (Some(parent), Some(mdev_type)) => (parent.clone(), mdev_type.clone()),
+                (None, Some(_)) => {
+                    return Err(CommandError::Invalid(
+                        "can't provide type without parent".into(),
+                    ))
+                }
+                _ => match args.uuid {
+                    Some(uuid) if args.parent.is_none() => {
+                        return Err(CommandError::NotDefined { uuid, parent: None })
+                    }
+                    _ => {
+                        return Err(CommandError::Invalid(
+                            "Device is insufficiently specified".into(),
+                        ))
+                    }
+                },
             }
         }
-        return Err(raw_type_unsupported("mdevctl start of a new device"));
-    }
-    let uuid = args.uuid.unwrap_or_default();
-    let defined = find(&manager, uuid, args.parent.as_deref())
-        .await?
-        .filter(|d| d.defined);
-    let Some(device) = defined else {
-        if args.parent.is_some() || args.mdev_type.is_some() {
-            return Err(raw_type_unsupported(&format!(
-                "mdevctl start of device {uuid}"
-            )));
-        }
-        return Err(CommandError::NotDefined {
-            uuid,
-            parent: args.parent.clone(),
-        });
     };
-    if let Some(mdev_type) = &args.mdev_type {
-        if *mdev_type != device.mdev_type {
-            return Err(CommandError::Invalid(format!(
-                "Device {} already exists on parent {} with type {}",
-                device.uuid, device.parent, device.mdev_type
-            )));
-        }
+    let uuid = create(
+        connection,
+        &manager,
+        NewDevice {
+            parent: &parent,
+            mdev_type: &mdev_type,
+            uuid: args.uuid,
+            persistent: false,
+            autostart: false,
+        },
+    )
+    .await?;
+    if args.uuid.is_none() {
+        writeln!(out, "{uuid}")?;
     }
-    instance(connection, &device.uuid)
-        .await?
-        .start(no_options())
-        .await
-        .map_err(ClientError::from)?;
     Ok(())
 }
 
@@ -287,45 +367,77 @@ pub async fn undefine(
     Ok(())
 }
 
-/// `mdevctl define`: gives a running transient device a definition (what mdevctl does for
-/// `define --uuid U` of an active device); a definition from a bare type is not supported yet.
-pub async fn define(connection: &zbus::Connection, args: &cli::Define) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection)
-        .await
-        .map_err(ClientError::from)?;
+/// `mdevctl define`: a running transient device gets a definition (`define --uuid U`);
+/// otherwise a new definition from `--parent` and `--type` or `--jsonfile`. The service makes
+/// a definition by creating the device, so a new one is created and then stopped: it needs
+/// room on the parent for that moment (docs/libvirt.md).
+pub async fn define(
+    connection: &zbus::Connection,
+    args: &cli::Define,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
     let definition = args.jsonfile.as_deref().map(Definition::read).transpose()?;
-    let Some(uuid) = args.uuid else {
-        return Err(raw_type_unsupported("mdevctl define of a new device"));
-    };
-    let Some(device) = find(&manager, uuid, args.parent.as_deref()).await? else {
-        return Err(raw_type_unsupported(&format!(
-            "mdevctl define of device {uuid}"
-        )));
-    };
-    if device.defined {
-        return Err(CommandError::Invalid(format!(
-            "Device {} on {} already defined",
-            device.uuid, device.parent
-        )));
-    }
     let wanted_type = definition
         .as_ref()
         .map(|d| d.mdev_type.clone())
         .or_else(|| args.mdev_type.clone());
-    if wanted_type.is_some_and(|t| t != device.mdev_type) {
-        return Err(raw_type_unsupported(&format!(
-            "mdevctl define of device {uuid} with another type than its running device's"
-        )));
-    }
+    let autostart = definition.as_ref().map(|d| d.autostart).unwrap_or(args.auto);
     if definition.as_ref().is_some_and(|d| !d.attrs.is_empty()) {
-        return Err(attrs_unsupported(&device.uuid));
+        return Err(attrs_unsupported(
+            &args.uuid.map(|u| u.to_string()).unwrap_or_default(),
+        ));
     }
-    let autostart = definition.map(|d| d.autostart).unwrap_or(args.auto);
-    instance(connection, &device.uuid)
+    let existing = match args.uuid {
+        Some(uuid) => find(&manager, uuid, args.parent.as_deref()).await?,
+        None => None,
+    };
+    if let Some(device) = existing {
+        if device.defined {
+            return Err(CommandError::Invalid(format!(
+                "Device {} on {} already defined",
+                device.uuid, device.parent
+            )));
+        }
+        if wanted_type.as_ref().is_some_and(|t| *t != device.mdev_type) {
+            return Err(CommandError::Invalid(format!(
+                "Device {} is running with type {}: define it with that type or stop it first",
+                device.uuid, device.mdev_type
+            )));
+        }
+        instance(connection, &device.uuid)
+            .await?
+            .set_autostart(autostart, persistence(true))
+            .await
+            .map_err(ClientError::from)?;
+        return Ok(());
+    }
+    let Some(parent) = &args.parent else {
+        return Err(CommandError::Invalid("No parent specified".into()));
+    };
+    let Some(mdev_type) = &wanted_type else {
+        return Err(CommandError::Invalid("No type specified".into()));
+    };
+    let uuid = create(
+        connection,
+        &manager,
+        NewDevice {
+            parent,
+            mdev_type,
+            uuid: args.uuid,
+            persistent: true,
+            autostart,
+        },
+    )
+    .await?;
+    instance(connection, &uuid)
         .await?
-        .set_autostart(autostart, persistence(true))
+        .stop(no_options())
         .await
         .map_err(ClientError::from)?;
+    if args.uuid.is_none() {
+        writeln!(out, "{uuid}")?;
+    }
     Ok(())
 }
 
@@ -384,9 +496,7 @@ pub async fn modify(connection: &zbus::Connection, args: &cli::Modify) -> Result
                 ));
             }
             if definition.mdev_type != device.mdev_type {
-                return Err(raw_type_unsupported(&format!(
-                    "changing the type of device {uuid_text}"
-                )));
+                return Err(type_change_unsupported(&uuid_text));
             }
             if !definition.attrs.is_empty() {
                 return Err(attrs_unsupported(&uuid_text));
@@ -404,9 +514,7 @@ pub async fn modify(connection: &zbus::Connection, args: &cli::Modify) -> Result
                 .as_ref()
                 .is_some_and(|t| *t != device.mdev_type)
             {
-                return Err(raw_type_unsupported(&format!(
-                    "changing the type of device {uuid_text}"
-                )));
+                return Err(type_change_unsupported(&uuid_text));
             }
             if args.auto {
                 true

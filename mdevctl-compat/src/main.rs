@@ -42,9 +42,9 @@ async fn run(cli: Cli) -> Result<(), commands::CommandError> {
     match &cli.command {
         Command::List(args) => commands::list(&connection, args, &mut stdout).await,
         Command::Types(args) => commands::types(&connection, args, &mut stdout).await,
-        Command::Start(args) => commands::start(&connection, args).await,
+        Command::Start(args) => commands::start(&connection, args, &mut stdout).await,
         Command::Stop(args) => commands::stop(&connection, args).await,
-        Command::Define(args) => commands::define(&connection, args).await,
+        Command::Define(args) => commands::define(&connection, args, &mut stdout).await,
         Command::Undefine(args) => commands::undefine(&connection, args).await,
         Command::Modify(args) => commands::modify(&connection, args).await,
         Command::StartParentMdevs(args) => commands::start_parent_mdevs(&connection, args).await,

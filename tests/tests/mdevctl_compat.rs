@@ -52,6 +52,10 @@ fn record(bus: &TestBus, uuid: &str) -> Option<serde_json::Value> {
         .cloned()
 }
 
+fn missing_uuid() -> &'static str {
+    "00000000-0000-4000-8000-000000000001"
+}
+
 fn field(record: &serde_json::Value, key: &str) -> String {
     record[key].as_str().unwrap_or_default().to_string()
 }
@@ -222,7 +226,7 @@ fn libvirts_lifecycle_commands_change_the_services_instances() {
     assert_eq!(again.status.code(), Some(1), "{again:?}");
 
     // Unknown devices: exit 1, the device named.
-    let missing = "00000000-0000-4000-8000-000000000001";
+    let missing = missing_uuid();
     for args in [
         vec!["stop".to_string(), format!("--uuid={missing}")],
         vec!["start".to_string(), format!("--uuid={missing}")],
@@ -243,8 +247,7 @@ fn libvirts_lifecycle_commands_change_the_services_instances() {
     // A usage error exits 2, as mdevctl's.
     assert_eq!(mdevctl(&bus, &["stop"], "").status.code(), Some(2));
 
-    // A new device from a bare type is refused, naming the gap, and nothing is created.
-    let before = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
+    // nodedev-create: a transient device from libvirt's JSON on stdin; its UUID on stdout.
     let create = mdevctl(
         &bus,
         &[
@@ -254,18 +257,66 @@ fn libvirts_lifecycle_commands_change_the_services_instances() {
         ],
         &update,
     );
-    assert_eq!(create.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&create.stderr).contains("profile"),
-        "{create:?}"
+    let created = stdout(&create).trim().to_string();
+    let made = record(&bus, &created).expect("the created device is the service's instance");
+    assert_eq!(field(&made, "type"), mdev_type);
+    assert_eq!(field(&made, "parent"), parent);
+    assert_eq!(made["active"], true);
+    assert_eq!(made["persistent"], false);
+
+    // nodedev-define with a UUID: a stopped definition, nothing printed.
+    let chosen = "5a1c0de0-0000-4000-8000-00000000d0fe";
+    let define = mdevctl(
+        &bus,
+        &[
+            "define",
+            &format!("--parent={parent}"),
+            "--jsonfile=/dev/stdin",
+            &format!("--uuid={chosen}"),
+        ],
+        &format!(r#"{{"mdev_type":"{mdev_type}","start":"manual"}}"#),
     );
+    assert_eq!(stdout(&define), "");
+    let defined_new = record(&bus, chosen).expect("defined instance");
+    assert_eq!(defined_new["persistent"], true);
+    assert_eq!(defined_new["active"], false);
+    assert_eq!(defined_new["autostart"], false);
+    let listed = stdout(&mdevctl(&bus, &["list", "--defined", "-u", chosen], ""));
+    assert_eq!(listed, format!("{chosen} {parent} {mdev_type} manual\n"));
+
+    // Attributes are refused before anything changes, naming the device.
+    let before = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
+    let with_attrs = mdevctl(
+        &bus,
+        &[
+            "define",
+            "--parent",
+            &parent,
+            "--jsonfile",
+            "/dev/stdin",
+            "-u",
+            missing_uuid(),
+        ],
+        &format!(r#"{{"mdev_type":"{mdev_type}","start":"auto","attrs":[{{"a":"1"}}]}}"#),
+    );
+    assert_eq!(with_attrs.status.code(), Some(1));
+    let why = String::from_utf8_lossy(&with_attrs.stderr);
     assert!(
-        create.stdout.is_empty(),
-        "no UUID printed for a refused start"
+        why.contains("attr") && why.contains(missing_uuid()),
+        "{why}"
     );
     assert_eq!(
         vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
         before
+    );
+
+    // An unknown type: the service's refusal, exit 1, nothing printed.
+    let bad = mdevctl(&bus, &["start", "-p", &parent, "-t", "no-such-type"], "");
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(bad.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("no-such-type"),
+        "{bad:?}"
     );
 
     // stop of a transient device removes it.

@@ -513,16 +513,30 @@ impl ManagerIface {
             option::NUMA_NODE,
             option::NUMA_STRICT,
             option::FORCE,
+            option::TYPE,
+            option::PERSISTENT,
         ];
         allowed.extend_from_slice(extra);
         let options = CallOptions::parse(method, options, &allowed)?;
         let parent = options.string(option::PARENT)?;
+        let mdev_type = options.string(option::TYPE)?;
+        if mdev_type.is_some() && (!profile.is_empty() || parent.is_none()) {
+            return Err(BusError::InvalidArgs(format!(
+                "{method}: option type needs option parent and an empty profile (got profile {profile:?})"
+            )));
+        }
         let placement = options.placement()?;
         let force = options.boolean(option::FORCE)?.unwrap_or(false);
         let uuid = options.string(option::UUID)?;
         let count = options.unsigned(option::COUNT)?.unwrap_or(1);
         let autostart = options.boolean(option::AUTOSTART)?.unwrap_or(false);
         let weight = options.unsigned(option::WEIGHT)?;
+        let persistent = options.boolean(option::PERSISTENT)?.unwrap_or(autostart);
+        if autostart && !persistent {
+            return Err(BusError::InvalidArgs(format!(
+                "{method}: autostart needs a definition (option persistent false)"
+            )));
+        }
         if count == 0 || count > MAX_COUNT {
             return Err(BusError::InvalidArgs(format!(
                 "{method}: count {count} for profile {profile} is outside 1..={MAX_COUNT}"
@@ -541,7 +555,7 @@ impl ManagerIface {
             request = request.detail("parent", parent.clone());
         }
         self.service.authorizer.check(request).await?;
-        if autostart {
+        if persistent {
             let request = AuthRequest::new(action::MANAGE_PERSISTENT, header, no_interaction)
                 .detail("verb", "create-autostart")
                 .detail("profile", profile.to_owned());
@@ -556,13 +570,20 @@ impl ManagerIface {
 
         let requests: Vec<CreateRequest> = (0..count)
             .map(|_| {
-                let mut request = CreateRequest::new(CreateTarget::Profile {
-                    profile: profile.to_owned(),
-                    parent: parent.clone(),
-                });
+                let target = match (&mdev_type, &parent) {
+                    (Some(type_id), Some(parent)) => CreateTarget::Mdev {
+                        parent: parent.clone(),
+                        type_id: type_id.clone(),
+                    },
+                    _ => CreateTarget::Profile {
+                        profile: profile.to_owned(),
+                        parent: parent.clone(),
+                    },
+                };
+                let mut request = CreateRequest::new(target);
                 request.uuid = uuid.clone();
                 request.autostart = autostart;
-                request.persistent = autostart;
+                request.persistent = persistent;
                 request.scheduling.weight = weight;
                 request.placement = placement;
                 request.force = force;
