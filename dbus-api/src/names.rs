@@ -95,6 +95,8 @@ pub mod option {
     /// `s` (`CreateInstances`): create an mdev of this type id on `parent` (required) instead
     /// of from a profile (the profile argument is then empty): what mdevctl and libvirt ask for.
     pub const TYPE: &str = "type";
+    /// `b` (`ImportMdevctl`): report what would be imported, change nothing.
+    pub const DRY_RUN: &str = "dry-run";
 }
 
 /// Values of the `placement` option (and of the `placement` config key).
@@ -135,6 +137,8 @@ pub mod device_key {
     /// `s` (`CreateInstances`): create an mdev of this type id on `parent` (required) instead
     /// of from a profile (the profile argument is then empty): what mdevctl and libvirt ask for.
     pub const TYPE: &str = "type";
+    /// `b` (`ImportMdevctl`): report what would be imported, change nothing.
+    pub const DRY_RUN: &str = "dry-run";
 }
 
 /// The `Kind` property of an instance.

@@ -33,6 +33,13 @@ pub trait Manager {
     /// Reloads the profile files.
     #[zbus(allow_interactive_auth)]
     fn reload_profiles(&self, options: Options<'_>) -> zbus::Result<()>;
+    /// Imports mdevctl's definitions (`/etc/mdevctl.d`) as adopted persistent instances;
+    /// option `dry-run b`. Returns (imported UUIDs, skipped UUIDs (already managed), problems).
+    #[zbus(allow_interactive_auth)]
+    fn import_mdevctl(
+        &self,
+        options: Options<'_>,
+    ) -> zbus::Result<(Vec<String>, Vec<String>, Vec<String>)>;
     /// Creates instances from a profile; options `parent s`, `uuid s`, `count u`,
     /// `autostart b`, `weight u`. Returns the new instances' paths.
     #[zbus(allow_interactive_auth)]

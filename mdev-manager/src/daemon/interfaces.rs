@@ -76,6 +76,45 @@ impl ManagerIface {
         Ok(())
     }
 
+    /// Brings mdevctl's definitions (`/etc/mdevctl.d/<parent>/<uuid>`) under management as
+    /// adopted, persistent instances (a running device stays as it is). Returns the UUIDs
+    /// imported, those skipped because the service already manages them, and the files that
+    /// cannot be imported, each with why. Option `dry-run b`: the same report, nothing changed
+    /// (no authorization needed); otherwise action `manage-persistent`.
+    #[zbus(out_args("imported", "skipped", "problems"))]
+    async fn import_mdevctl(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(Vec<String>, Vec<String>, Vec<String>), BusError> {
+        let options = CallOptions::parse("ImportMdevctl", options, &[option::DRY_RUN])?;
+        let dry_run = options.boolean(option::DRY_RUN)?.unwrap_or(false);
+        if !dry_run {
+            let request = AuthRequest::new(
+                action::MANAGE_PERSISTENT,
+                &header,
+                options.no_user_interaction()?,
+            )
+            .detail("verb", "import-mdevctl");
+            self.service.authorizer.check(request).await?;
+        }
+        let report = self
+            .service
+            .call(move |engine| {
+                if dry_run {
+                    engine.preview_mdevctl_import()
+                } else {
+                    engine.import_mdevctl()
+                }
+            })
+            .await?;
+        if !dry_run {
+            self.service.refresh(connection).await;
+        }
+        Ok((report.imported, report.skipped, report.problems))
+    }
+
     /// Re-reads the profile files.
     async fn reload_profiles(
         &self,
