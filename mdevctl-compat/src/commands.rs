@@ -251,7 +251,9 @@ pub async fn start(
     args: &cli::Start,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
+    let manager = ManagerProxy::new(connection)
+        .await
+        .map_err(ClientError::from)?;
     let (parent, mdev_type) = match &args.jsonfile {
         Some(path) => {
             let definition = Definition::read(path)?;
@@ -273,7 +275,11 @@ pub async fn start(
                     .await?
                     .filter(|d| d.defined);
                 if let Some(device) = defined {
-                    if args.mdev_type.as_ref().is_some_and(|t| *t != device.mdev_type) {
+                    if args
+                        .mdev_type
+                        .as_ref()
+                        .is_some_and(|t| *t != device.mdev_type)
+                    {
                         return Err(CommandError::Invalid(format!(
                             "Device {} already exists on parent {} with type {}",
                             device.uuid, device.parent, device.mdev_type
@@ -376,13 +382,18 @@ pub async fn define(
     args: &cli::Define,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    let manager = ManagerProxy::new(connection).await.map_err(ClientError::from)?;
+    let manager = ManagerProxy::new(connection)
+        .await
+        .map_err(ClientError::from)?;
     let definition = args.jsonfile.as_deref().map(Definition::read).transpose()?;
     let wanted_type = definition
         .as_ref()
         .map(|d| d.mdev_type.clone())
         .or_else(|| args.mdev_type.clone());
-    let autostart = definition.as_ref().map(|d| d.autostart).unwrap_or(args.auto);
+    let autostart = definition
+        .as_ref()
+        .map(|d| d.autostart)
+        .unwrap_or(args.auto);
     if definition.as_ref().is_some_and(|d| !d.attrs.is_empty()) {
         return Err(attrs_unsupported(
             &args.uuid.map(|u| u.to_string()).unwrap_or_default(),

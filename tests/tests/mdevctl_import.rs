@@ -64,7 +64,11 @@ fn mdevctl_definitions_are_imported_as_adopted_persistent_instances_and_a_dry_ru
         [NEW_AUTO, NEW_MANUAL],
         "{preview}"
     );
-    assert_eq!(sorted(&preview["skipped"]), vec![managed.clone()], "{preview}");
+    assert_eq!(
+        sorted(&preview["skipped"]),
+        vec![managed.clone()],
+        "{preview}"
+    );
     let problems = preview["problems"].as_array().unwrap();
     assert_eq!(problems.len(), 1, "{preview}");
     assert!(
