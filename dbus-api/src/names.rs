@@ -88,6 +88,15 @@ pub mod option {
     pub const NUMA_NODE: &str = "numa-node";
     /// `b`: accept only parents on `numa-node` (needs `numa-node`).
     pub const NUMA_STRICT: &str = "numa-strict";
+    /// `b` (`Instance.SetAutostart`): keep (`true`) or drop (`false`) the instance's
+    /// definition; a running device stays running either way (mdevctl's define/undefine).
+    /// On `CreateInstances`: keep a definition without autostart.
+    pub const PERSISTENT: &str = "persistent";
+    /// `s` (`CreateInstances`): create an mdev of this type id on `parent` (required) instead
+    /// of from a profile (the profile argument is then empty): what mdevctl and libvirt ask for.
+    pub const TYPE: &str = "type";
+    /// `b` (`ImportMdevctl`): report what would be imported, change nothing.
+    pub const DRY_RUN: &str = "dry-run";
 }
 
 /// Values of the `placement` option (and of the `placement` config key).
@@ -121,6 +130,15 @@ pub mod device_key {
     pub const NUMA_NODE: &str = "numa-node";
     /// `b`: only parents on `numa-node` (as the option).
     pub const NUMA_STRICT: &str = "numa-strict";
+    /// `b` (`Instance.SetAutostart`): keep (`true`) or drop (`false`) the instance's
+    /// definition; a running device stays running either way (mdevctl's define/undefine).
+    /// On `CreateInstances`: keep a definition without autostart.
+    pub const PERSISTENT: &str = "persistent";
+    /// `s` (`CreateInstances`): create an mdev of this type id on `parent` (required) instead
+    /// of from a profile (the profile argument is then empty): what mdevctl and libvirt ask for.
+    pub const TYPE: &str = "type";
+    /// `b` (`ImportMdevctl`): report what would be imported, change nothing.
+    pub const DRY_RUN: &str = "dry-run";
 }
 
 /// The `Kind` property of an instance.

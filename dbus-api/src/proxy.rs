@@ -36,6 +36,13 @@ pub trait Manager {
     /// Reloads the profile files.
     #[zbus(allow_interactive_auth)]
     fn reload_profiles(&self, options: Options<'_>) -> zbus::Result<()>;
+    /// Imports mdevctl's definitions (`/etc/mdevctl.d`) as adopted persistent instances;
+    /// option `dry-run b`. Returns (imported UUIDs, skipped UUIDs (already managed), problems).
+    #[zbus(allow_interactive_auth)]
+    fn import_mdevctl(
+        &self,
+        options: Options<'_>,
+    ) -> zbus::Result<(Vec<String>, Vec<String>, Vec<String>)>;
     /// Creates instances from a profile; options `parent s`, `uuid s`, `count u`,
     /// `autostart b`, `weight u`. Returns the new instances' paths.
     #[zbus(allow_interactive_auth)]
@@ -281,7 +288,8 @@ pub trait Instance {
     /// `Destroy` as a Job (returned at once; not cancelable).
     #[zbus(allow_interactive_auth)]
     fn start_destroy(&self, options: Options<'_>) -> zbus::Result<OwnedObjectPath>;
-    /// Sets the autostart flag (which makes the instance persistent).
+    /// Sets the autostart flag (which makes the instance persistent); option `persistent b`
+    /// keeps or drops the definition explicitly.
     #[zbus(allow_interactive_auth)]
     fn set_autostart(&self, autostart: bool, options: Options<'_>) -> zbus::Result<()>;
 }

@@ -2372,10 +2372,10 @@ pub(crate) fn unmanaged_info(mdev: &MdevDevice) -> InstanceInfo {
 }
 
 #[cfg(test)]
-mod race_tests;
-#[cfg(test)]
 mod nvidia_sriov_tests;
 #[cfg(test)]
 mod other_gpu_tests;
+#[cfg(test)]
+mod race_tests;
 #[cfg(test)]
 mod tests;

@@ -114,6 +114,16 @@ impl Engine {
     /// Imports mdevctl definitions (`/etc/mdevctl.d/<parent>/<uuid>`) as adopted persistent
     /// instances. Known UUIDs are skipped; bad files are reported, not fatal.
     pub fn import_mdevctl(&self) -> Result<ImportReport, EngineError> {
+        self.import_definitions(false)
+    }
+
+    /// What [`Engine::import_mdevctl`] would do now, changing nothing: the same report, with
+    /// `imported` the UUIDs it would import.
+    pub fn preview_mdevctl_import(&self) -> Result<ImportReport, EngineError> {
+        self.import_definitions(true)
+    }
+
+    fn import_definitions(&self, dry_run: bool) -> Result<ImportReport, EngineError> {
         let root = self.config.mdevctl_dir.clone();
         let mut report = ImportReport::default();
         let mut parents: Vec<String> = self
@@ -145,13 +155,20 @@ impl Engine {
             };
             entries.sort();
             for entry in entries {
-                self.import_one(&dir, &parent, &entry, &mut report);
+                self.import_one(&dir, &parent, &entry, dry_run, &mut report);
             }
         }
         Ok(report)
     }
 
-    fn import_one(&self, dir: &Path, parent: &str, entry: &str, report: &mut ImportReport) {
+    fn import_one(
+        &self,
+        dir: &Path,
+        parent: &str,
+        entry: &str,
+        dry_run: bool,
+        report: &mut ImportReport,
+    ) {
         let path = dir.join(entry);
         let shown = path.display().to_string();
         let Ok(uuid) = names::parse_uuid(entry) else {
@@ -200,6 +217,16 @@ impl Engine {
             previous_driver: None,
             force: false,
         };
+        if dry_run {
+            if report.imported.contains(&key) {
+                report.problems.push(format!(
+                    "{shown}: UUID {key} is already defined under another parent"
+                ));
+            } else {
+                report.imported.push(key);
+            }
+            return;
+        }
         // The same UUID may be defined under several parents (mdevctl allows it); the first
         // (sorted) wins and the others are reported.
         let inserted = self.update_state(|state| {

@@ -13,6 +13,7 @@ pub mod host;
 pub mod hotplug;
 pub mod import;
 pub mod lifecycle;
+pub mod mdevctl_mirror;
 pub mod reconcile;
 pub mod schedule;
 pub mod sim;

@@ -72,6 +72,9 @@ struct ConfigFile {
     state_dir: Option<PathBuf>,
     profiles_dir: Option<PathBuf>,
     mdevctl_dir: Option<PathBuf>,
+    /// Keep `mdevctl_dir` in step with the persistent instances (default: on, except on the
+    /// simulated host with root `/`, where it would write the real `/etc/mdevctl.d`).
+    mirror_mdevctl: Option<bool>,
     readiness_timeout_ms: Option<u64>,
     write_timeout_ms: Option<u64>,
     log: Option<String>,
@@ -363,6 +366,10 @@ async fn serve() -> Result<()> {
     let service = Service::new(engine.clone(), authorizer, features);
     if sim.is_none() {
         service.enable_probe(cli.root.clone());
+    }
+    let simulated_on_real_root = sim.is_some() && cli.root == Path::new("/");
+    if config.mirror_mdevctl.unwrap_or(!simulated_on_real_root) {
+        service.enable_mdevctl_mirror();
     }
     let connection = service
         .serve(builder, !cli.no_reconcile)

@@ -89,6 +89,49 @@ impl ManagerIface {
             .await
     }
 
+    /// Brings mdevctl's definitions (`/etc/mdevctl.d/<parent>/<uuid>`) under management as
+    /// adopted, persistent instances (a running device stays as it is). Returns the UUIDs
+    /// imported, those skipped because the service already manages them, and the files that
+    /// cannot be imported, each with why. Option `dry-run b`: the same report, nothing changed
+    /// (no authorization needed); otherwise action `manage-persistent`.
+    #[zbus(out_args("imported", "skipped", "problems"))]
+    async fn import_mdevctl(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(Vec<String>, Vec<String>, Vec<String>), BusError> {
+        self.service
+            .metered("ImportMdevctl", async {
+                let options = CallOptions::parse("ImportMdevctl", options, &[option::DRY_RUN])?;
+                let dry_run = options.boolean(option::DRY_RUN)?.unwrap_or(false);
+                if !dry_run {
+                    let request = AuthRequest::new(
+                        action::MANAGE_PERSISTENT,
+                        &header,
+                        options.no_user_interaction()?,
+                    )
+                    .detail("verb", "import-mdevctl");
+                    self.service.authorizer.check(request).await?;
+                }
+                let report = self
+                    .service
+                    .call(move |engine| {
+                        if dry_run {
+                            engine.preview_mdevctl_import()
+                        } else {
+                            engine.import_mdevctl()
+                        }
+                    })
+                    .await?;
+                if !dry_run {
+                    self.service.refresh(connection).await;
+                }
+                Ok((report.imported, report.skipped, report.problems))
+            })
+            .await
+    }
+
     /// Re-reads the profile files.
     async fn reload_profiles(
         &self,
@@ -607,16 +650,30 @@ impl ManagerIface {
             option::NUMA_NODE,
             option::NUMA_STRICT,
             option::FORCE,
+            option::TYPE,
+            option::PERSISTENT,
         ];
         allowed.extend_from_slice(extra);
         let options = CallOptions::parse(method, options, &allowed)?;
         let parent = options.string(option::PARENT)?;
+        let mdev_type = options.string(option::TYPE)?;
+        if mdev_type.is_some() && (!profile.is_empty() || parent.is_none()) {
+            return Err(BusError::InvalidArgs(format!(
+                "{method}: option type needs option parent and an empty profile (got profile {profile:?})"
+            )));
+        }
         let placement = options.placement()?;
         let force = options.boolean(option::FORCE)?.unwrap_or(false);
         let uuid = options.string(option::UUID)?;
         let count = options.unsigned(option::COUNT)?.unwrap_or(1);
         let autostart = options.boolean(option::AUTOSTART)?.unwrap_or(false);
         let weight = options.unsigned(option::WEIGHT)?;
+        let persistent = options.boolean(option::PERSISTENT)?.unwrap_or(autostart);
+        if autostart && !persistent {
+            return Err(BusError::InvalidArgs(format!(
+                "{method}: autostart needs a definition (option persistent false)"
+            )));
+        }
         if count == 0 || count > MAX_COUNT {
             return Err(BusError::InvalidArgs(format!(
                 "{method}: count {count} for profile {profile} is outside 1..={MAX_COUNT}"
@@ -635,7 +692,7 @@ impl ManagerIface {
             request = request.detail("parent", parent.clone());
         }
         self.service.authorizer.check(request).await?;
-        if autostart {
+        if persistent {
             let request = AuthRequest::new(action::MANAGE_PERSISTENT, header, no_interaction)
                 .detail("verb", "create-autostart")
                 .detail("profile", profile.to_owned());
@@ -650,13 +707,20 @@ impl ManagerIface {
 
         let requests: Vec<CreateRequest> = (0..count)
             .map(|_| {
-                let mut request = CreateRequest::new(CreateTarget::Profile {
-                    profile: profile.to_owned(),
-                    parent: parent.clone(),
-                });
+                let target = match (&mdev_type, &parent) {
+                    (Some(type_id), Some(parent)) => CreateTarget::Mdev {
+                        parent: parent.clone(),
+                        type_id: type_id.clone(),
+                    },
+                    _ => CreateTarget::Profile {
+                        profile: profile.to_owned(),
+                        parent: parent.clone(),
+                    },
+                };
+                let mut request = CreateRequest::new(target);
                 request.uuid = uuid.clone();
                 request.autostart = autostart;
-                request.persistent = autostart;
+                request.persistent = persistent;
                 request.scheduling.weight = weight;
                 request.placement = placement;
                 request.force = force;
@@ -1352,7 +1416,8 @@ impl InstanceIface {
         .await
     }
 
-    /// Sets autostart; turning it on also makes the instance persistent.
+    /// Sets autostart; turning it on also makes the instance persistent. Option `persistent b`
+    /// keeps or drops the definition explicitly (`false` with autostart on is `InvalidArgs`).
     async fn set_autostart(
         &self,
         autostart: bool,
@@ -1362,7 +1427,15 @@ impl InstanceIface {
     ) -> Result<(), BusError> {
         self.service
             .metered("SetAutostart", async {
-                let options = CallOptions::parse("SetAutostart", options, &[])?;
+                let options =
+                    CallOptions::parse("SetAutostart", options, &[option::PERSISTENT])?;
+                let persistent_option = options.boolean(option::PERSISTENT)?;
+                if autostart && persistent_option == Some(false) {
+                    return Err(BusError::InvalidArgs(format!(
+                        "SetAutostart: instance {}: autostart needs a definition (option persistent false)",
+                        self.data().uuid
+                    )));
+                }
                 let request = self.request(
                     action::MANAGE_PERSISTENT,
                     "set-autostart",
@@ -1371,7 +1444,7 @@ impl InstanceIface {
                 );
                 self.service.authorizer.check(request).await?;
                 let uuid = self.data().uuid.clone();
-                let persistent = autostart || self.data().persistent;
+        let persistent = persistent_option.unwrap_or(autostart || self.data().persistent);
                 self.service
                     .call(move |engine| engine.set_persistence(&uuid, persistent, autostart))
                     .await?;

@@ -163,6 +163,9 @@ pub struct Service {
     probe_root: std::sync::OnceLock<std::path::PathBuf>,
     /// Latency and failures of every operation served ([`Service::metered`], jobs).
     metrics: metrics::OperationMetrics,
+    /// Whether each refresh brings `/etc/mdevctl.d` in step with the persistent instances
+    /// (`crate::mdevctl_mirror`); off until [`Service::enable_mdevctl_mirror`].
+    mirror_mdevctl: std::sync::atomic::AtomicBool,
 }
 
 impl Service {
@@ -186,6 +189,7 @@ impl Service {
             running_jobs: Mutex::new(HashMap::new()),
             probe_root: std::sync::OnceLock::new(),
             metrics: metrics::OperationMetrics::default(),
+            mirror_mdevctl: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -194,6 +198,12 @@ impl Service {
     /// NotSupported. Only the first call counts: the host does not change while serving.
     pub fn enable_probe(&self, root: std::path::PathBuf) {
         let _ = self.probe_root.set(root);
+    }
+
+    /// Keeps mdevctl's definition files in step with the persistent instances from now on:
+    /// a sync runs with every refresh, under the refresh lock (`crate::mdevctl_mirror`).
+    pub fn enable_mdevctl_mirror(&self) {
+        self.mirror_mdevctl.store(true, Ordering::SeqCst);
     }
 
     fn probe_root(&self) -> Option<&std::path::Path> {
@@ -387,7 +397,20 @@ impl Service {
         }
         let engine = self.engine.clone();
         let generation = engine.event_generation();
-        match tokio::task::spawn_blocking(move || Model::read(&engine)).await {
+        let mirror = self.mirror_mdevctl.load(Ordering::SeqCst);
+        let read = move || {
+            if mirror {
+                let report = engine.sync_mdevctl_mirror();
+                for problem in &report.problems {
+                    tracing::warn!(problem = %problem, "mdevctl definition mirror");
+                }
+                for path in &report.left_alone {
+                    tracing::debug!(path = %path, "mdevctl definition not ours: left alone");
+                }
+            }
+            Model::read(&engine)
+        };
+        match tokio::task::spawn_blocking(read).await {
             Ok(Ok(model)) => {
                 self.published.fetch_max(generation, Ordering::SeqCst);
                 self.apply(connection, &mut exported, model).await

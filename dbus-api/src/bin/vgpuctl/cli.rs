@@ -226,6 +226,13 @@ pub enum Command {
         #[arg(long)]
         slice: Option<String>,
     },
+    /// Bring mdevctl's definitions (/etc/mdevctl.d) under management as adopted, persistent
+    /// instances (running devices stay as they are); reports imported, skipped and why.
+    ImportMdevctl {
+        /// Report what would be imported; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Show what the caller may do (per polkit action: yes, auth, no).
     Permissions,
     /// Show the service version, features and the last reconcile report.

@@ -6,6 +6,7 @@
 mod output;
 mod cli;
 mod events;
+mod import;
 mod jobs;
 mod schedule;
 mod table;
@@ -654,6 +655,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             return Err(end.failure());
         }
         Command::Jobs => return jobs::list(&connection, json).await,
+        Command::ImportMdevctl { dry_run } => {
+            return import::import_mdevctl(&connection, *dry_run, options(&cli), json).await
+        }
         Command::Job {
             action: JobAction::Cancel { job },
         } => return jobs::cancel(&connection, job, options(&cli), json).await,
