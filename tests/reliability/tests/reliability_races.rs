@@ -32,6 +32,8 @@ use zbus::{MessageStream, OwnedObjectPath, Variant};
 const T4: &str = "0000:3b:00.0";
 const T4_PROFILE: &str = "nvidia-t4-2q";
 const H200: &str = "0000:4b:00.0";
+/// The H200's VFs: what `sriov-manage -e` enables.
+const ALL_VFS: u32 = 32;
 const H200_PROFILE: &str = "nvidia-h200-35c";
 /// Delay of the slowed sysfs writes.
 const SLOW_WRITE: Duration = Duration::from_millis(10);
@@ -569,7 +571,10 @@ async fn create_vs_sriov_vf_count_change_keeps_every_vgpu_on_an_existing_vf() {
         let sriov = sriov.clone();
         async move { sriov.set_num_vfs(count, HashMap::new()).await }
     };
-    let job = set_vfs(4).await.expect("SetNumVfs 4");
+    // An NVIDIA PF changes its VFs through sriov-manage: all of them (32 on the H200) or none.
+    // Each round either disables them all, which a vGPU made first on one of them refuses, or
+    // enables them all again.
+    let job = set_vfs(ALL_VFS).await.expect("SetNumVfs 32");
     assert_eq!(job_end(&mut signals, &job).await.0, "done");
     let _slow = race
         .host
@@ -581,7 +586,7 @@ async fn create_vs_sriov_vf_count_change_keeps_every_vgpu_on_an_existing_vf() {
         let before = discovery::read_sriov_pf(&race.host.sim, pf)
             .map(|p| p.num_vfs)
             .unwrap_or(0);
-        let target = if before == 4 { 6 } else { 4 };
+        let target = if before == ALL_VFS { 0 } else { ALL_VFS };
         let (create_delay, change_delay) = stagger(round);
         let create = {
             let manager = race.manager.clone();

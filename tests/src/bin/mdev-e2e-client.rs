@@ -56,6 +56,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut results = BTreeMap::new();
     results.insert("Manager.Rescan", outcome(manager.rescan(none()).await));
+    // Not a dry run: the import needs `manage-persistent` (a dry run needs none).
+    results.insert(
+        "Manager.ImportMdevctl",
+        outcome(manager.import_mdevctl(none()).await),
+    );
     results.insert(
         "Manager.ReloadProfiles",
         outcome(manager.reload_profiles(none()).await),
