@@ -219,6 +219,8 @@ group_conformance() {
 # The engine's scenarios (mdev_manager::engine::scenarios: create/destroy, rollback,
 # ownership, in-use refusal, claims, reconcile, last-instance race, VF bind) on the real kernel
 # through `mdev-conformance --engine`, one result line per scenario. Same needs as conformance.
+# The simulated host requires every scenario to pass; here a "skipped" one goes through `skip`,
+# which is a FAIL unless expected-skips lists it.
 group_engine() {
   if [ ! -x "$bin/mdev-conformance" ]; then
     skip engine.scenarios "mdev-conformance is not built"
