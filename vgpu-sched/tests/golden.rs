@@ -42,7 +42,10 @@ fn a_golden_file_is_rewritten_only_when_update_golden_is_1() {
     for value in [None, Some("0"), Some(""), Some("yes"), Some("true")] {
         std::fs::write(&path, "old\n").unwrap();
         let outcome = std::panic::catch_unwind(|| check_with(value, &path, "new\n"));
-        assert!(outcome.is_err(), "UPDATE_GOLDEN={value:?} passed a differing file");
+        assert!(
+            outcome.is_err(),
+            "UPDATE_GOLDEN={value:?} passed a differing file"
+        );
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             "old\n",

@@ -576,7 +576,14 @@ impl<'a> Harness<'a> {
             phase: "restart and check",
         };
         let mut rng = Rng::new(self.config.seed);
-        let round = self.run_round(label, 0, 0, WorkerMode::Operations, KillPlan::Never, &mut rng)?;
+        let round = self.run_round(
+            label,
+            0,
+            0,
+            WorkerMode::Operations,
+            KillPlan::Never,
+            &mut rng,
+        )?;
         let mut report = TortureReport::default();
         let mut model = Model::default();
         check_round(
@@ -819,8 +826,7 @@ impl Worker {
                         if plan == KillPlan::InRollback || rng.chance(25) {
                             if let Some((_, type_id)) = items.last() {
                                 batch_fault = Some(sim.inject_fault(
-                                    Fault::fail(format!("*/{type_id}/create"), libc::EIO)
-                                        .times(1),
+                                    Fault::fail(format!("*/{type_id}/create"), libc::EIO).times(1),
                                 ));
                             }
                         }
@@ -845,8 +851,7 @@ impl Worker {
                     data: data.clone(),
                     ok,
                 });
-                let in_rollback =
-                    plan == KillPlan::InRollback && failed_write_seen && remove && ok;
+                let in_rollback = plan == KillPlan::InRollback && failed_write_seen && remove && ok;
                 failed_write_seen |= !ok;
                 if plan == KillPlan::AfterWrite(writes) || in_rollback {
                     kill(child);

@@ -58,7 +58,9 @@ fn a_worker_that_never_connects_fails_the_round_naming_round_and_seed() {
     let worker = script_worker(dir.path(), "sleeper", "exec sleep 3600");
     let config = config(worker, Duration::from_millis(500));
     let mut harness = Harness::new(&config).unwrap();
-    let error = harness.check_once().expect_err("a worker that never connects");
+    let error = harness
+        .check_once()
+        .expect_err("a worker that never connects");
     let message = error.to_string();
     assert_eq!(error.kind(), std::io::ErrorKind::TimedOut, "{message}");
     for wanted in [
@@ -82,7 +84,9 @@ fn a_worker_that_stops_talking_fails_the_round_naming_its_last_request() {
     );
     let config = config(worker, Duration::from_secs(2));
     let mut harness = Harness::new(&config).unwrap();
-    let error = harness.check_once().expect_err("a worker that stops talking");
+    let error = harness
+        .check_once()
+        .expect_err("a worker that stops talking");
     let message = error.to_string();
     for wanted in [
         "--seed 4242",

@@ -28,7 +28,9 @@ fn main() -> ExitCode {
             ("--seed", Some(v)) => seed = v,
             ("--wait-bound", Some(v)) if v > 0 => wait_bound = Duration::from_secs(v),
             _ => {
-                eprintln!("usage: torture [--kills N] [--seed S] [--wait-bound SECONDS] [--verbose]");
+                eprintln!(
+                    "usage: torture [--kills N] [--seed S] [--wait-bound SECONDS] [--verbose]"
+                );
                 return ExitCode::from(2);
             }
         }
