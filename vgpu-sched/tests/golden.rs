@@ -15,7 +15,12 @@ fn golden_dir() -> PathBuf {
 }
 
 fn check(path: &Path, actual: &str) {
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+    check_with(std::env::var("UPDATE_GOLDEN").ok().as_deref(), path, actual);
+}
+
+/// Only `UPDATE_GOLDEN=1` rewrites: `0`, an empty value or a typo compare like an unset one.
+fn check_with(update_golden: Option<&str>, path: &Path, actual: &str) {
+    if update_golden == Some("1") {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, actual).unwrap();
         return;
@@ -27,6 +32,29 @@ fn check(path: &Path, actual: &str) {
         "{} differs from the output (UPDATE_GOLDEN=1 rewrites it):\n--- expected\n{expected}\n--- actual\n{actual}",
         path.display()
     );
+}
+
+#[test]
+fn a_golden_file_is_rewritten_only_when_update_golden_is_1() {
+    let dir = std::env::temp_dir().join(format!("vgpu-sched-golden-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sample");
+    for value in [None, Some("0"), Some(""), Some("yes"), Some("true")] {
+        std::fs::write(&path, "old\n").unwrap();
+        let outcome = std::panic::catch_unwind(|| check_with(value, &path, "new\n"));
+        assert!(
+            outcome.is_err(),
+            "UPDATE_GOLDEN={value:?} passed a differing file"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "old\n",
+            "UPDATE_GOLDEN={value:?} rewrote the golden file"
+        );
+    }
+    check_with(Some("1"), &path, "new\n");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn pct(p: u32) -> Share {

@@ -190,6 +190,14 @@ pub fn mdevctl_json(data: &[u8]) {
     let Ok(definition) = mdev_manager::import::parse_definition("fuzz.json", data) else {
         return;
     };
+    check_imported_definition(&definition);
+}
+
+/// The properties every definition [`mdevctl_json`] sees accepted must have: a type id and
+/// attribute names that stay inside their sysfs directory, values of one line. Panics naming
+/// the first that does not hold. Public so the corpus test can show that each check fires on a
+/// definition that breaks it (the parser never yields one, so the fuzzer alone cannot).
+pub fn check_imported_definition(definition: &mdev_manager::import::ImportedDefinition) {
     assert_safe_name("mdev type", &definition.type_id);
     for (name, value) in &definition.attributes {
         for part in name.split('/') {
@@ -252,7 +260,9 @@ pub fn dbus_options(data: &[u8]) {
     }
 }
 
-fn assert_safe_name(what: &str, name: &str) {
+/// Panics unless `name` is a usable sysfs path component: not empty, not `.` or `..`, no `/`,
+/// newline or NUL.
+pub fn assert_safe_name(what: &str, name: &str) {
     assert!(
         !name.is_empty()
             && name != "."

@@ -19,9 +19,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -337,6 +338,18 @@ fn perform(engine: &Engine, op: &Op) -> Outcome {
     }
 }
 
+/// What a worker does after it reconciled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerMode {
+    /// `ops` random operations (none for a checking round).
+    Operations,
+    /// The final teardown: destroy everything, disable the VFs.
+    Teardown,
+    /// Stop talking, as a hung worker would (the harness's bounds must end the run): only for
+    /// the harness's own tests.
+    Stall,
+}
+
 /// The worker process: connects to the host server at `socket`, opens the engine on the state
 /// under `root`, reconciles, runs `ops` random operations (or the final teardown) and lists
 /// the instances. Every step is logged to the server with [`RemoteHost::mark`].
@@ -345,7 +358,7 @@ pub fn worker_main(
     root: &Path,
     seed: u64,
     ops: u32,
-    teardown: bool,
+    mode: WorkerMode,
 ) -> io::Result<()> {
     let host = Arc::new(RemoteHost::connect(socket)?);
     let engine = match Engine::new(
@@ -369,8 +382,11 @@ pub fn worker_main(
             return Err(error);
         }
     }
+    if mode == WorkerMode::Stall {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
     let mut rng = Rng::new(seed);
-    let planned: Vec<Option<Op>> = if teardown {
+    let planned: Vec<Option<Op>> = if mode == WorkerMode::Teardown {
         vec![Some(Op::Teardown)]
     } else {
         (0..ops).map(|_| None).collect()
@@ -434,6 +450,12 @@ struct Round {
     stderr: String,
 }
 
+/// How long the harness waits, at most, for any one thing a worker does (connect, send its
+/// next request, read an answer, exit): a worker's request takes milliseconds, so a wait this
+/// long means something hangs, and the run fails naming the round, the seed and the last
+/// request instead of hanging CI.
+pub const DEFAULT_WAIT_BOUND: Duration = Duration::from_secs(120);
+
 /// Settings of a torture run.
 #[derive(Debug, Clone)]
 pub struct TortureConfig {
@@ -445,6 +467,8 @@ pub struct TortureConfig {
     pub worker: PathBuf,
     /// Print each violation as it is found.
     pub verbose: bool,
+    /// The bound of every wait (see [`DEFAULT_WAIT_BOUND`]).
+    pub wait_bound: Duration,
 }
 
 /// Figures of a torture run.
@@ -465,6 +489,9 @@ pub struct TortureReport {
     /// Devices a kill left on the host that the state does not know (reported by reconcile
     /// as unknown and left untouched; removed by the harness acting as the administrator).
     pub orphans_reported: u32,
+    /// Connections of killed workers found waiting on the host socket and closed unserved
+    /// (a worker killed after it connected, before the harness accepted it).
+    pub stale_connections: u32,
     /// Invariant violations (target: none).
     pub violations: Vec<String>,
 }
@@ -485,16 +512,414 @@ struct Model {
     vf_trace: Vec<String>,
 }
 
+/// Which round a worker serves, for the message of a wait that ran out.
+#[derive(Debug, Clone, Copy)]
+struct RoundLabel {
+    number: u64,
+    phase: &'static str,
+}
+
+/// The simulated host, served on a Unix socket to one worker process after another, and the
+/// state directory the workers share (see the module documentation). Every wait on a worker is
+/// bounded by [`TortureConfig::wait_bound`]; a wait that runs out is an error naming the
+/// round, the seed and the worker's last request, and the worker is killed.
+pub struct Harness<'a> {
+    config: &'a TortureConfig,
+    sim: SimHost,
+    dir: PathBuf,
+    root: PathBuf,
+    socket: PathBuf,
+    listener: UnixListener,
+    checks: u64,
+    stale_connections: u32,
+}
+
+impl<'a> Harness<'a> {
+    /// A fresh simulated host ([`TOPOLOGY`]) and an empty state directory under the system
+    /// temp directory.
+    pub fn new(config: &'a TortureConfig) -> io::Result<Self> {
+        let sim = SimHost::builtin(TOPOLOGY).map_err(|e| io::Error::other(e.to_string()))?;
+        let dir = tempfile_dir()?;
+        let root = dir.join("root");
+        std::fs::create_dir_all(&root)?;
+        let socket = dir.join("host.sock");
+        let listener = UnixListener::bind(&socket)?;
+        listener.set_nonblocking(true)?;
+        Ok(Self {
+            config,
+            sim,
+            dir,
+            root,
+            socket,
+            listener,
+            checks: 0,
+            stale_connections: 0,
+        })
+    }
+
+    /// The host socket the workers connect to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Connections closed unserved because they were not the current worker's.
+    pub fn stale_connections(&self) -> u32 {
+        self.stale_connections
+    }
+
+    /// One checking round on its own: a worker starts, reconciles and lists the instances;
+    /// returns the invariant violations found.
+    pub fn check_once(&mut self) -> io::Result<Vec<String>> {
+        self.checks += 1;
+        let label = RoundLabel {
+            number: self.checks,
+            phase: "restart and check",
+        };
+        let mut rng = Rng::new(self.config.seed);
+        let round = self.run_round(
+            label,
+            0,
+            0,
+            WorkerMode::Operations,
+            KillPlan::Never,
+            &mut rng,
+        )?;
+        let mut report = TortureReport::default();
+        let mut model = Model::default();
+        check_round(
+            &self.sim,
+            &round,
+            &mut model,
+            &mut report,
+            self.config,
+            label.number,
+        );
+        Ok(report.violations)
+    }
+
+    fn run_round(
+        &mut self,
+        label: RoundLabel,
+        seed: u64,
+        ops: u32,
+        mode: WorkerMode,
+        plan: KillPlan,
+        rng: &mut Rng,
+    ) -> io::Result<Round> {
+        let mut command = Command::new(&self.config.worker);
+        command
+            .arg(&self.socket)
+            .arg(&self.root)
+            .arg(seed.to_string())
+            .arg(ops.to_string());
+        match mode {
+            WorkerMode::Operations => {}
+            WorkerMode::Teardown => {
+                command.arg("teardown");
+            }
+            WorkerMode::Stall => {
+                command.arg("stall");
+            }
+        }
+        // Into a file, not a pipe: a worker that wrote more than a pipe holds would block on
+        // it while the harness waits for its next request.
+        let stderr_path = self.dir.join("worker.stderr");
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr_path)?)
+            .spawn()?;
+        let mut worker = Worker {
+            label,
+            seed: self.config.seed,
+            bound: self.config.wait_bound,
+            stderr_path,
+            last_request: "(none yet)".to_string(),
+        };
+        let started = Instant::now();
+        let stream = loop {
+            match self.listener.accept() {
+                // Only the current worker is served. A worker killed right after it connected
+                // (a kill on a short delay) leaves its connection queued on the socket; served
+                // as the next worker's, it reads as closed at once and the harness would wait
+                // for a worker that in fact waits for its first answer (issue 14).
+                Ok((stream, _)) => match peer_pid(&stream) {
+                    Ok(pid) if pid == child.id() => break Some(stream),
+                    Ok(_) => self.stale_connections += 1,
+                    Err(error) => {
+                        return Err(worker.give_up(
+                            &mut child,
+                            &format!("cannot tell who connected to the host socket: {error}"),
+                        ))
+                    }
+                },
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    if child.try_wait()?.is_some() {
+                        break None;
+                    }
+                    if let KillPlan::AfterDelay(delay) = plan {
+                        if started.elapsed() >= delay {
+                            kill(&mut child);
+                            return worker.finish(&mut child, Vec::new(), true);
+                        }
+                    }
+                    if started.elapsed() >= worker.bound {
+                        return Err(worker.give_up(
+                            &mut child,
+                            "it neither connected to the host socket nor exited",
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err(error) => return Err(error),
+            }
+        };
+        let Some(stream) = stream else {
+            return worker.finish(&mut child, Vec::new(), false);
+        };
+        worker.serve(&self.sim, stream, &mut child, plan, started, rng)
+    }
+}
+
+impl Drop for Harness<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The process at the other end of `stream`: the one that connected (`SO_PEERCRED`).
+fn peer_pid(stream: &UnixStream) -> io::Result<u32> {
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `stream` keeps the descriptor open for the call; getsockopt writes at most
+    // `length` bytes into `credentials`, a `ucred` this frame owns, and stores the size written.
+    let result = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut credentials as *mut libc::ucred).cast(),
+            &mut length,
+        )
+    };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u32::try_from(credentials.pid).unwrap_or(0))
+}
+
+/// The harness's side of one worker: what a wait that runs out must name.
+struct Worker {
+    label: RoundLabel,
+    seed: u64,
+    bound: Duration,
+    stderr_path: PathBuf,
+    last_request: String,
+}
+
+impl Worker {
+    /// Kills the worker (bounded reap) and returns the error that ends the run.
+    fn give_up(&self, child: &mut Child, problem: &str) -> io::Error {
+        kill(child);
+        let reaped = wait_bounded(child, self.bound).ok().flatten().is_some();
+        let stderr = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "torture --seed {} round {} ({}): worker pid {} stuck, {problem} (waited {:?}); \
+                 last request: {}{}{}",
+                self.seed,
+                self.label.number,
+                self.label.phase,
+                child.id(),
+                self.bound,
+                self.last_request,
+                if reaped {
+                    ""
+                } else {
+                    "; it did not even die of SIGKILL"
+                },
+                if stderr.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!("; its stderr: {}", stderr.trim())
+                },
+            ),
+        )
+    }
+
+    fn serve(
+        &mut self,
+        sim: &SimHost,
+        stream: UnixStream,
+        child: &mut Child,
+        plan: KillPlan,
+        started: Instant,
+        rng: &mut Rng,
+    ) -> io::Result<Round> {
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(Duration::from_millis(2)))?;
+        stream.set_write_timeout(Some(self.bound))?;
+        let mut writer = stream.try_clone()?;
+        let mut reader = BufReader::new(stream);
+        let mut events = Vec::new();
+        let mut writes = 0u32;
+        let mut failed_write_seen = false;
+        let mut batch_fault = None;
+        // Bytes, not a String: a read that times out part-way keeps what it read (read_line
+        // would drop a partial line that ends inside a multi-byte character).
+        let mut line = Vec::new();
+        let mut waiting_since = Instant::now();
+        loop {
+            if let KillPlan::AfterDelay(delay) = plan {
+                if started.elapsed() >= delay {
+                    kill(child);
+                    return self.finish(child, events, true);
+                }
+            }
+            if waiting_since.elapsed() >= self.bound {
+                return Err(self.give_up(child, "it sent no complete request"));
+            }
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) if line.is_empty() => return self.finish(child, events, false),
+                Ok(_) if line.ends_with(b"\n") => {}
+                // The worker closed the socket in the middle of a line.
+                Ok(_) => {
+                    return Err(self.give_up(
+                        child,
+                        &format!(
+                            "it closed the host socket in the middle of a request: {}",
+                            summary(&line)
+                        ),
+                    ))
+                }
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    continue
+                }
+                Err(error) => {
+                    return Err(self.give_up(child, &format!("reading its request: {error}")))
+                }
+            }
+            self.last_request = summary(&line);
+            waiting_since = Instant::now();
+            let request: Request = match serde_json::from_slice(&line) {
+                Ok(request) => request,
+                Err(error) => {
+                    return Err(self.give_up(child, &format!("unreadable request ({error})")))
+                }
+            };
+            line.clear();
+            if let Request::Mark { line: mark } = &request {
+                if let Some(op) = mark.strip_prefix("BEGIN ") {
+                    // A batch may get its last create failed, so that it rolls back.
+                    if let Ok(Op::CreateBatch { items }) = serde_json::from_str::<Op>(op) {
+                        if plan == KillPlan::InRollback || rng.chance(25) {
+                            if let Some((_, type_id)) = items.last() {
+                                batch_fault = Some(sim.inject_fault(
+                                    Fault::fail(format!("*/{type_id}/create"), libc::EIO).times(1),
+                                ));
+                            }
+                        }
+                    }
+                }
+                if mark.starts_with("ACK ") && batch_fault.take().is_some() {
+                    sim.clear_faults();
+                }
+                events.push(Event::Mark(mark.clone()));
+            }
+            let response = if let Request::Write { path, data } = &request {
+                writes += 1;
+                let remove = path.ends_with("remove");
+                if plan == KillPlan::BeforeWrite(writes) {
+                    kill(child);
+                    return self.finish(child, events, true);
+                }
+                let response = answer(sim, &request);
+                let ok = matches!(response, Response::Done);
+                events.push(Event::Write {
+                    path: path.clone(),
+                    data: data.clone(),
+                    ok,
+                });
+                let in_rollback = plan == KillPlan::InRollback && failed_write_seen && remove && ok;
+                failed_write_seen |= !ok;
+                if plan == KillPlan::AfterWrite(writes) || in_rollback {
+                    kill(child);
+                    if batch_fault.take().is_some() {
+                        sim.clear_faults();
+                    }
+                    return self.finish(child, events, true);
+                }
+                response
+            } else {
+                answer(sim, &request)
+            };
+            if let Err(error) = respond(&mut writer, &response) {
+                return Err(self.give_up(child, &format!("answering its request: {error}")));
+            }
+        }
+    }
+
+    /// Reaps the worker (killed, or done: it closed the socket or exited before connecting).
+    fn finish(&self, child: &mut Child, events: Vec<Event>, killed: bool) -> io::Result<Round> {
+        let Some(status) = wait_bounded(child, self.bound)? else {
+            return Err(self.give_up(
+                child,
+                if killed {
+                    "it did not die of SIGKILL"
+                } else {
+                    "it closed the host socket but did not exit"
+                },
+            ));
+        };
+        let stderr = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
+        Ok(Round {
+            events,
+            killed,
+            exit_ok: status.success(),
+            stderr,
+        })
+    }
+}
+
+/// Waits up to `bound` for `child` to exit; `None` if it has not.
+fn wait_bounded(child: &mut Child, bound: Duration) -> io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + bound;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// A request line for an error message: at most 300 characters.
+fn summary(line: &[u8]) -> String {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end();
+    match text.char_indices().nth(300) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
 /// Runs the torture (see the module documentation).
 pub fn run(config: &TortureConfig) -> io::Result<TortureReport> {
-    let sim = SimHost::builtin(TOPOLOGY).map_err(|e| io::Error::other(e.to_string()))?;
-    let dir = tempfile_dir()?;
-    let root = dir.join("root");
-    std::fs::create_dir_all(&root)?;
-    let socket = dir.join("host.sock");
-    let listener = UnixListener::bind(&socket)?;
-    listener.set_nonblocking(true)?;
-    let boot_capacity = capacity(&sim);
+    let mut harness = Harness::new(config)?;
+    let boot_capacity = capacity(&harness.sim);
     let mut report = TortureReport::default();
     let mut model = Model::default();
     let mut rng = Rng::new(config.seed);
@@ -508,15 +933,15 @@ pub fn run(config: &TortureConfig) -> io::Result<TortureReport> {
             _ => KillPlan::InRollback,
         };
         let ops = 2 + rng.below(10) as u32;
-        let round = run_round(
-            &sim,
-            &listener,
-            &socket,
-            &root,
-            config,
-            rng.next(),
+        let worker_seed = rng.next();
+        let round = harness.run_round(
+            RoundLabel {
+                number: round_number,
+                phase: "operations, killed",
+            },
+            worker_seed,
             ops,
-            false,
+            WorkerMode::Operations,
             plan,
             &mut rng,
         )?;
@@ -542,36 +967,42 @@ pub fn run(config: &TortureConfig) -> io::Result<TortureReport> {
         }
         absorb(&round, &mut model, &mut report, config, round_number);
         // Restart, reconcile and check.
-        let check = run_round(
-            &sim,
-            &listener,
-            &socket,
-            &root,
-            config,
+        let check = harness.run_round(
+            RoundLabel {
+                number: round_number,
+                phase: "restart and check",
+            },
             0,
             0,
-            false,
+            WorkerMode::Operations,
             KillPlan::Never,
             &mut rng,
         )?;
-        check_round(&sim, &check, &mut model, &mut report, config, round_number);
+        check_round(
+            &harness.sim,
+            &check,
+            &mut model,
+            &mut report,
+            config,
+            round_number,
+        );
     }
     // Final round: destroy everything; every type's capacity must be back.
-    let last = run_round(
-        &sim,
-        &listener,
-        &socket,
-        &root,
-        config,
+    let last = harness.run_round(
+        RoundLabel {
+            number: round_number + 1,
+            phase: "final teardown",
+        },
         0,
         0,
-        true,
+        WorkerMode::Teardown,
         KillPlan::Never,
         &mut rng,
     )?;
+    let sim = &harness.sim;
     absorb(&last, &mut model, &mut report, config, round_number + 1);
     check_round(
-        &sim,
+        sim,
         &last,
         &mut model,
         &mut report,
@@ -585,7 +1016,7 @@ pub fn run(config: &TortureConfig) -> io::Result<TortureReport> {
             format!("final teardown failed: {kind}: {message}"),
         );
     }
-    let after = capacity(&sim);
+    let after = capacity(sim);
     for (key, boot) in &boot_capacity {
         let now = after.get(key).cloned().unwrap_or_default();
         if now != *boot {
@@ -603,7 +1034,7 @@ pub fn run(config: &TortureConfig) -> io::Result<TortureReport> {
             format!("{} VFs left after teardown", sim.vf_count()),
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    report.stale_connections = harness.stale_connections;
     Ok(report)
 }
 
@@ -643,152 +1074,6 @@ fn capacity(sim: &SimHost) -> BTreeMap<String, String> {
     out
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_round(
-    sim: &SimHost,
-    listener: &UnixListener,
-    socket: &Path,
-    root: &Path,
-    config: &TortureConfig,
-    seed: u64,
-    ops: u32,
-    teardown: bool,
-    plan: KillPlan,
-    rng: &mut Rng,
-) -> io::Result<Round> {
-    let mut command = Command::new(&config.worker);
-    command
-        .arg(socket)
-        .arg(root)
-        .arg(seed.to_string())
-        .arg(ops.to_string());
-    if teardown {
-        command.arg("teardown");
-    }
-    let mut child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let started = Instant::now();
-    let stream = loop {
-        match listener.accept() {
-            Ok((stream, _)) => break Some(stream),
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
-                if child.try_wait()?.is_some() {
-                    break None;
-                }
-                if let KillPlan::AfterDelay(delay) = plan {
-                    if started.elapsed() >= delay {
-                        kill(&mut child);
-                        return finish(child, Vec::new(), true);
-                    }
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            Err(error) => return Err(error),
-        }
-    };
-    let Some(stream) = stream else {
-        return finish(child, Vec::new(), false);
-    };
-    serve(sim, stream, &mut child, plan, started, rng)
-}
-
-fn serve(
-    sim: &SimHost,
-    stream: UnixStream,
-    child: &mut Child,
-    plan: KillPlan,
-    started: Instant,
-    rng: &mut Rng,
-) -> io::Result<Round> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_millis(2)))?;
-    let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
-    let mut events = Vec::new();
-    let mut writes = 0u32;
-    let mut failed_write_seen = false;
-    let mut batch_fault = None;
-    let mut line = String::new();
-    loop {
-        if let KillPlan::AfterDelay(delay) = plan {
-            if started.elapsed() >= delay {
-                kill(child);
-                return finish_owned(child, events, true);
-            }
-        }
-        match reader.read_line(&mut line) {
-            Ok(0) => return finish_owned(child, events, false),
-            Ok(_) => {}
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue
-            }
-            Err(_) => return finish_owned(child, events, false),
-        }
-        let request: Request = match serde_json::from_str(&line) {
-            Ok(request) => request,
-            Err(_) => return finish_owned(child, events, false),
-        };
-        line.clear();
-        if let Request::Mark { line: mark } = &request {
-            if let Some(op) = mark.strip_prefix("BEGIN ") {
-                // A batch may get its last create failed, so that it rolls back.
-                if let Ok(Op::CreateBatch { items }) = serde_json::from_str::<Op>(op) {
-                    if plan == KillPlan::InRollback || rng.chance(25) {
-                        if let Some((_, type_id)) = items.last() {
-                            batch_fault = Some(sim.inject_fault(
-                                Fault::fail(format!("*/{type_id}/create"), libc::EIO).times(1),
-                            ));
-                        }
-                    }
-                }
-            }
-            if mark.starts_with("ACK ") && batch_fault.take().is_some() {
-                sim.clear_faults();
-            }
-            events.push(Event::Mark(mark.clone()));
-        }
-        if let Request::Write { path, data } = &request {
-            writes += 1;
-            let remove = path.ends_with("remove");
-            if plan == KillPlan::BeforeWrite(writes) {
-                kill(child);
-                return finish_owned(child, events, true);
-            }
-            let response = answer(sim, &request);
-            let ok = matches!(response, Response::Done);
-            events.push(Event::Write {
-                path: path.clone(),
-                data: data.clone(),
-                ok,
-            });
-            let in_rollback = plan == KillPlan::InRollback && failed_write_seen && remove && ok;
-            failed_write_seen |= !ok;
-            if plan == KillPlan::AfterWrite(writes) || in_rollback {
-                kill(child);
-                if batch_fault.take().is_some() {
-                    sim.clear_faults();
-                }
-                return finish_owned(child, events, true);
-            }
-            respond(&mut writer, &response)?;
-            continue;
-        }
-        let response = answer(sim, &request);
-        if respond(&mut writer, &response).is_err() {
-            return finish_owned(child, events, false);
-        }
-    }
-}
-
 fn respond(writer: &mut UnixStream, response: &Response) -> io::Result<()> {
     let mut out = serde_json::to_vec(response).map_err(io::Error::other)?;
     out.push(b'\n');
@@ -800,25 +1085,6 @@ fn kill(child: &mut Child) {
     unsafe {
         libc::kill(child.id() as i32, libc::SIGKILL);
     }
-}
-
-fn finish_owned(child: &mut Child, events: Vec<Event>, killed: bool) -> io::Result<Round> {
-    let status = child.wait()?;
-    let mut stderr = String::new();
-    if let Some(mut pipe) = child.stderr.take() {
-        use std::io::Read;
-        let _ = pipe.read_to_string(&mut stderr);
-    }
-    Ok(Round {
-        events,
-        killed,
-        exit_ok: status.success(),
-        stderr,
-    })
-}
-
-fn finish(mut child: Child, events: Vec<Event>, killed: bool) -> io::Result<Round> {
-    finish_owned(&mut child, events, killed)
 }
 
 fn marks(events: &[Event]) -> impl Iterator<Item = &str> {

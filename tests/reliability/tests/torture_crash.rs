@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use reliability::torture::{run, TortureConfig};
+use reliability::torture::{run, TortureConfig, DEFAULT_WAIT_BOUND};
 
 #[test]
 fn engine_survives_kills_at_random_points_without_invariant_violations() {
@@ -18,6 +18,7 @@ fn engine_survives_kills_at_random_points_without_invariant_violations() {
         seed: 20261129,
         worker: PathBuf::from(env!("CARGO_BIN_EXE_torture-worker")),
         verbose: true,
+        wait_bound: DEFAULT_WAIT_BOUND,
     };
     let report = run(&config).expect("torture runs");
     eprintln!("{report:#?}");

@@ -38,6 +38,7 @@ source "$here/checks.sh"
 echo "vmtier: guest up after $(cut -d' ' -f1 /proc/uptime) s"
 for group in "${CHECK_GROUPS[@]}"; do
   if [ -n "$only" ] && [[ "$only" != *",$group,"* ]] && [ "$group" != modules ]; then
+    echo "vmtier: group $group NOT run (vmtier.only=${only:1:-1})"
     continue
   fi
   started="$(cut -d' ' -f1 /proc/uptime)"

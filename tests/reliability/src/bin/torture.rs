@@ -1,13 +1,16 @@
-//! Crash torture driver: `torture [--kills N] [--seed S] [--verbose]` (see
-//! `reliability::torture` and docs/reliability.md). Exits non-zero on any invariant violation.
+//! Crash torture driver: `torture [--kills N] [--seed S] [--wait-bound SECONDS] [--verbose]`
+//! (see `reliability::torture` and docs/reliability.md). Exits non-zero on any invariant
+//! violation, and when a worker hangs longer than the wait bound (naming the round, the seed
+//! and the worker's last request).
 
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
     let mut kills = 200u32;
     let mut seed = 1u64;
     let mut verbose = false;
+    let mut wait_bound = reliability::torture::DEFAULT_WAIT_BOUND;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let value = match arg.as_str() {
@@ -15,14 +18,19 @@ fn main() -> ExitCode {
                 verbose = true;
                 continue;
             }
-            "--kills" | "--seed" => args.next().and_then(|v| v.parse::<u64>().ok()),
+            "--kills" | "--seed" | "--wait-bound" => {
+                args.next().and_then(|v| v.parse::<u64>().ok())
+            }
             _ => None,
         };
         match (arg.as_str(), value) {
             ("--kills", Some(v)) => kills = u32::try_from(v).unwrap_or(u32::MAX),
             ("--seed", Some(v)) => seed = v,
+            ("--wait-bound", Some(v)) if v > 0 => wait_bound = Duration::from_secs(v),
             _ => {
-                eprintln!("usage: torture [--kills N] [--seed S] [--verbose]");
+                eprintln!(
+                    "usage: torture [--kills N] [--seed S] [--wait-bound SECONDS] [--verbose]"
+                );
                 return ExitCode::from(2);
             }
         }
@@ -39,6 +47,7 @@ fn main() -> ExitCode {
         seed,
         worker,
         verbose,
+        wait_bound,
     };
     let started = Instant::now();
     let report = match reliability::torture::run(&config) {
@@ -57,6 +66,7 @@ fn main() -> ExitCode {
     println!("operations acknowledged    {}", report.ops_acknowledged);
     println!("operations interrupted     {}", report.ops_interrupted);
     println!("orphans reported           {}", report.orphans_reported);
+    println!("stale connections closed   {}", report.stale_connections);
     println!("invariant violations       {}", report.violations.len());
     println!("time                       {seconds:.1} s");
     for violation in report.violations.iter().take(20) {
