@@ -88,6 +88,13 @@ pub mod option {
     pub const NUMA_NODE: &str = "numa-node";
     /// `b`: accept only parents on `numa-node` (needs `numa-node`).
     pub const NUMA_STRICT: &str = "numa-strict";
+    /// `b` (`StartApply`): compute and report the plan, change nothing.
+    pub const DRY_RUN: &str = "dry-run";
+    /// `b` (`StartApply`): like `dry-run`, and the Job fails (`Failed`) with the difference
+    /// when the plan is not empty.
+    pub const ASSERT: &str = "assert";
+    /// `s` (`StartApply`): the document's file name, used in error messages.
+    pub const FILE_NAME: &str = "file-name";
 }
 
 /// Values of the `placement` option (and of the `placement` config key).

@@ -28,7 +28,7 @@ enum Expect {
 use Expect::{Allowed, Refused};
 
 /// method, polkit action, root, unprivileged user, member of the granted group
-const TABLE: [(&str, &str, Expect, Expect, Expect); 17] = [
+const TABLE: [(&str, &str, Expect, Expect, Expect); 18] = [
     ("Manager.Rescan", "reload", Allowed, Refused, Allowed),
     (
         "Manager.ReloadProfiles",
@@ -70,6 +70,13 @@ const TABLE: [(&str, &str, Expect, Expect, Expect); 17] = [
     (
         "Manager.StartReleaseDomain",
         "assign",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    (
+        "Manager.StartApply",
+        "manage-instances",
         Allowed,
         Refused,
         Allowed,
@@ -141,8 +148,9 @@ const ON_A_ROOT_JOB: [(&str, &str, Expect, Expect, Expect); 1] =
 
 /// Methods of the published interface that change nothing and so need no action: never in
 /// [`TABLE`].
-const NOT_IN_TABLE: [&str; 5] = [
+const NOT_IN_TABLE: [&str; 6] = [
     "Manager.GetPermissions",
+    "Manager.GetOperationStats",
     "Manager.Probe",
     "Manager.VerifyDomain",
     "Manager.ListInstances",
