@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use e2e_tests::bus::{stderr_of, vgpuctl, TestBus};
+use e2e_tests::bus::{stderr_of, vgpuctl, workspace_binary, TestBus};
 use mdev_manager::daemon::auth::AllowAll;
 use mdev_manager::daemon::Service;
 use mdev_manager::engine::{
@@ -249,4 +249,30 @@ async fn a_bad_file_is_refused_naming_file_line_and_key() {
     assert!(error.contains("line 5"), "{error}");
     assert!(error.contains("wieght"), "{error}");
     assert!(s.profiles_on_host().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_on_standard_input_is_read_with_dash() {
+    use std::io::Write as _;
+    let s = setup().await;
+    let output = tokio::task::block_in_place(|| {
+        let mut child = std::process::Command::new(workspace_binary("vgpuctl"))
+            .args(["apply", "-f", "-"])
+            .env("DBUS_SYSTEM_BUS_ADDRESS", s.bus.address())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("vgpuctl");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(TWO_MTTY.as_bytes())
+            .expect("write stdin");
+        child.wait_with_output().expect("vgpuctl output")
+    });
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert!(text(&output.stdout).contains("applied: 2 created"));
+    assert_eq!(s.profiles_on_host().len(), 2);
 }
