@@ -95,8 +95,14 @@ pub mod option {
     /// `s` (`CreateInstances`): create an mdev of this type id on `parent` (required) instead
     /// of from a profile (the profile argument is then empty): what mdevctl and libvirt ask for.
     pub const TYPE: &str = "type";
-    /// `b` (`ImportMdevctl`): report what would be imported, change nothing.
+    /// `b` (`ImportMdevctl`, `StartApply`): report what would be imported or the plan, change
+    /// nothing.
     pub const DRY_RUN: &str = "dry-run";
+    /// `b` (`StartApply`): like `dry-run`, and the Job fails (`Failed`) with the difference
+    /// when the plan is not empty.
+    pub const ASSERT: &str = "assert";
+    /// `s` (`StartApply`): the document's file name, used in error messages.
+    pub const FILE_NAME: &str = "file-name";
 }
 
 /// Values of the `placement` option (and of the `placement` config key).

@@ -122,6 +122,15 @@ pub trait Manager {
         domain_uuid: &str,
         options: Options<'_>,
     ) -> zbus::Result<OwnedObjectPath>;
+    /// Declarative apply of a desired-state document as a Job (see docs/apply.md).
+    #[zbus(allow_interactive_auth)]
+    fn start_apply(
+        &self,
+        document: &str,
+        format: &str,
+        config_name: &str,
+        options: Options<'_>,
+    ) -> zbus::Result<OwnedObjectPath>;
 
     /// A job was started.
     #[zbus(signal)]

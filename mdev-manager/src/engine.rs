@@ -4,6 +4,7 @@
 //! one parent are serialized by a per-parent lock; different parents proceed in parallel.
 //! Every change to what the manager owns is written to the state store before the call returns.
 
+pub mod apply;
 mod cancel;
 mod claims;
 mod instance_locks;
@@ -660,6 +661,9 @@ pub enum EngineError {
         /// Rollback steps that failed too (each names its device).
         rollback_failures: Vec<String>,
     },
+    /// A declarative apply was refused or failed (see [`apply`]).
+    #[error(transparent)]
+    Apply(#[from] apply::ApplyError),
 }
 
 fn rollback_note(failures: &[String]) -> String {
@@ -699,6 +703,7 @@ impl EngineError {
             Self::State(error) => error.kind(),
             Self::Profile { .. } => ErrorKind::InvalidArgs,
             Self::Batch { source, .. } => source.kind(),
+            Self::Apply(error) => error.kind(),
         }
     }
 }

@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod catalog;
+pub mod desired;
 pub mod mig_plan;
 pub mod placement;
 pub mod profile;

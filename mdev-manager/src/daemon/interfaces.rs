@@ -610,6 +610,43 @@ impl ManagerIface {
             .await
     }
 
+    /// Declarative apply as a Job: `document` in `format` (`toml`; see docs/apply.md) is
+    /// parsed, planned against the host and applied all or nothing; the Job's message is the
+    /// plan. Options: `dry-run b` (plan only), `assert b` (plan only; the Job fails with the
+    /// difference unless the host matches), `force b` (remove instances a VM holds or the
+    /// service did not create), `file-name s` (for error messages). Polkit: manage-instances,
+    /// plus manage-persistent for autostart entries and force for `force`. Cancelable.
+    #[zbus(out_args("job"))]
+    async fn start_apply(
+        &self,
+        document: String,
+        format: String,
+        config_name: String,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<OwnedObjectPath, BusError> {
+        self.service
+            .metered("StartApply", async {
+                let request =
+                    super::apply::ApplyCall::parse(&document, &format, &config_name, options)?;
+                request.authorize(&self.service, &header).await?;
+                let spec = JobSpec {
+                    operation: "apply",
+                    objects: Vec::new(),
+                    started_by_uid: self.service.caller_uid(connection, &header).await,
+                    cancel_action: Some(action::MANAGE_INSTANCES),
+                    details: vec![("file", request.file_name.clone())],
+                };
+                self.service
+                    .start_job(connection, spec, move |engine, token| {
+                        request.run(engine, token)
+                    })
+                    .await
+            })
+            .await
+    }
+
     /// A job started.
     #[zbus(signal)]
     pub(super) async fn job_new(

@@ -6,6 +6,7 @@
 //! Entry points: [`Service::new`] + [`Service::serve`] on any connection builder (a bus or a
 //! peer-to-peer socket); `main.rs` wires the command line onto them.
 
+pub mod apply;
 pub mod auth;
 pub mod host_events;
 pub mod interfaces;

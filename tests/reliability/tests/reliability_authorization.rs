@@ -28,7 +28,7 @@ enum Expect {
 use Expect::{Allowed, Refused};
 
 /// method, polkit action, root, unprivileged user, member of the granted group
-const TABLE: [(&str, &str, Expect, Expect, Expect); 18] = [
+const TABLE: [(&str, &str, Expect, Expect, Expect); 19] = [
     ("Manager.Rescan", "reload", Allowed, Refused, Allowed),
     (
         "Manager.ReloadProfiles",
@@ -77,6 +77,13 @@ const TABLE: [(&str, &str, Expect, Expect, Expect); 18] = [
     (
         "Manager.ImportMdevctl",
         "manage-persistent",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    (
+        "Manager.StartApply",
+        "manage-instances",
         Allowed,
         Refused,
         Allowed,

@@ -148,6 +148,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .await,
         ),
     );
+    // A valid document with a dry run: only authorization decides, and nothing changes.
+    let dry_run: HashMap<&str, Variant<'_>> = HashMap::from([("dry-run", Variant::from(true))]);
+    results.insert(
+        "Manager.StartApply",
+        outcome(
+            manager
+                .start_apply("version = 1\n", "toml", "", dry_run)
+                .await,
+        ),
+    );
     results.insert(
         "Instance.StartDestroy",
         outcome(second_instance.start_destroy(none()).await),

@@ -165,6 +165,33 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Make the host match a desired-state file (docs/apply.md): prints the plan, then applies
+    /// it all or nothing (rolled back on a failure).
+    Apply {
+        /// The file (`-`: standard input).
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: String,
+        /// The configuration in the file (formats with several; empty for TOML).
+        #[arg(short = 'c', long = "config", value_name = "NAME", default_value = "")]
+        config: String,
+        /// Print the plan only.
+        #[arg(long)]
+        dry_run: bool,
+        /// Also remove instances a VM holds or the service did not create (polkit action
+        /// org.mdevmanager.vgpu1.force).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Exit 0 when the host matches a desired-state file, else non-zero printing the
+    /// difference.
+    Assert {
+        /// The file (`-`: standard input).
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: String,
+        /// The configuration in the file (formats with several; empty for TOML).
+        #[arg(short = 'c', long = "config", value_name = "NAME", default_value = "")]
+        config: String,
+    },
     /// List the running jobs (long operations of the service).
     Jobs,
     /// Act on a running job.

@@ -4,6 +4,7 @@
 // First, so that its macros are in scope in the modules below.
 #[macro_use]
 mod output;
+mod apply;
 mod cli;
 mod events;
 mod import;
@@ -653,6 +654,23 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 return Ok(());
             }
             return Err(end.failure());
+        }
+        Command::Apply {
+            file,
+            config,
+            dry_run,
+            force,
+        } => {
+            let mode = if *dry_run {
+                apply::Mode::DryRun
+            } else {
+                apply::Mode::Apply
+            };
+            return apply::run(&connection, options(&cli), file, config, *force, mode).await;
+        }
+        Command::Assert { file, config } => {
+            let mode = apply::Mode::Assert;
+            return apply::run(&connection, options(&cli), file, config, false, mode).await;
         }
         Command::Jobs => return jobs::list(&connection, json).await,
         Command::ImportMdevctl { dry_run } => {
