@@ -66,8 +66,8 @@ nodedev_listed() { [ -n "$(nodedev_name "$@")" ]; }
 
 nodedev_driver_uses_path() {
   local so
-  so="$(find /usr/lib -name libvirt_driver_nodedev.so 2>/dev/null | head -n1)"
-  [ -n "$so" ] || { echo "no libvirt_driver_nodedev.so"; return 1; }
+  so="$(ls /usr/lib/*/libvirt/connection-driver/libvirt_driver_nodedev.so 2>/dev/null | head -n1)"
+  [ -n "$so" ] || { echo "no /usr/lib/*/libvirt/connection-driver/libvirt_driver_nodedev.so"; return 1; }
   # The program name is the bare string "mdevctl"; a fixed path would show as /…/mdevctl.
   strings "$so" | grep -qx mdevctl || { echo "$so has no bare 'mdevctl' string"; return 1; }
   if strings "$so" | grep -q '/mdevctl$'; then
