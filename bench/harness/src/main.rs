@@ -106,6 +106,7 @@ fn main() -> Result<()> {
         daemon: bin_dir.join("mdev-manager"),
         vgpuctl: bin_dir.join("vgpuctl"),
         hook: bin_dir.join("mdev-manager-hook"),
+        mdevctl_compat: bin_dir.join("mdev-manager-mdevctl"),
         rounds: if quick {
             Rounds::quick()
         } else {
@@ -115,7 +116,7 @@ fn main() -> Result<()> {
     let needed = if guest {
         vec![&env.daemon, &env.vgpuctl]
     } else {
-        vec![&env.daemon, &env.vgpuctl, &env.hook]
+        vec![&env.daemon, &env.vgpuctl, &env.hook, &env.mdevctl_compat]
     };
     for binary in needed {
         if !binary.exists() {
@@ -223,6 +224,7 @@ fn cold_start(args: Vec<String>) -> Result<()> {
         daemon: bin_dir.join("mdev-manager"),
         vgpuctl: bin_dir.join("vgpuctl"),
         hook: bin_dir.join("mdev-manager-hook"),
+        mdevctl_compat: bin_dir.join("mdev-manager-mdevctl"),
         rounds: Rounds::full(),
     };
     let section = suites::footprint::compare_cold_starts(&env, &baseline, rounds)

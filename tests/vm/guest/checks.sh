@@ -1102,3 +1102,6 @@ product_second_daemon() {
   vgpuctl list >/dev/null || { echo "vgpuctl list fails after the second daemon exited"; return 1; }
   echo "refused: $lock_message; and on the bus name; the first (pid $first) still answers vgpuctl list"
 }
+
+# shellcheck source=nodedev.sh
+source "$here/nodedev.sh"

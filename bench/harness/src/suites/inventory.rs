@@ -1,7 +1,9 @@
 //! Item 2: inventory at scale. One REAL directory tree (the simulated scale host with 384
 //! instances written out as files and links, plus 384 mdevctl definitions) is read by both
 //! mdevctl (`MDEVCTL_ENV_ROOT`) and the daemon (`--root`, the real-host code path), so both
-//! answer from the same files.
+//! answer from the same files. The mdevctl-compatible command (`mdev-manager-mdevctl`, a client
+//! of the daemon on the benchmark's private bus) runs the same `list --dumpjson` as mdevctl and
+//! must print the same bytes.
 
 use crate::error::{BenchError, Result};
 use crate::hosttree::{self, build_inventory_tree};
@@ -22,6 +24,16 @@ pub fn run(env: &Env) -> Result<Section> {
     let tree = build_inventory_tree(root.path(), INSTANCES)?;
     hosttree::write_profiles(root.path())?;
     let root_text = root.path().display().to_string();
+    // The daemon keeps its state in the suites' STATE_DIR: give it the state the engine wrote
+    // with the tree, so it knows the 384 instances as the persistent autostart instances they
+    // are, as mdevctl knows them from their definitions (the compatible command's listing must
+    // match mdevctl's byte for byte).
+    let written = root.path().join("var/lib/mdev-manager/state.json");
+    let state = super::state_file(root.path());
+    if let Some(dir) = state.parent() {
+        std::fs::create_dir_all(dir).map_err(BenchError::io("cannot create", dir))?;
+    }
+    std::fs::copy(&written, &state).map_err(BenchError::io("cannot copy", &written))?;
 
     let bus = PrivateBus::start()?;
     // --no-reconcile: every instance is already present, and the benchmark must not write the
@@ -49,6 +61,13 @@ pub fn run(env: &Env) -> Result<Section> {
         Cmd::new(name, &mdevctl, args).env("MDEVCTL_ENV_ROOT", &root_text)
     };
 
+    let compat = env.mdevctl_compat.display().to_string();
+    let compat_list = Cmd::new(
+        "mdev-manager-mdevctl list",
+        &compat,
+        &["list", "--dumpjson"],
+    )
+    .env("DBUS_SYSTEM_BUS_ADDRESS", address.as_str());
     let commands = [
         vgpuctl_cmd("vgpuctl types", &["types"]),
         mdevctl_cmd("mdevctl types", &["types", "--dumpjson"]),
@@ -58,8 +77,10 @@ pub fn run(env: &Env) -> Result<Section> {
             "mdevctl list --defined",
             &["list", "--dumpjson", "--defined"],
         ),
+        compat_list,
     ];
     check_outputs(&commands, &tree)?;
+    same_bytes(&commands[3], &commands[5])?;
     // The floor under every `vgpuctl` figure: its process start alone, no bus.
     let mut commands = commands.to_vec();
     commands.push(Cmd::new("vgpuctl --version", &vgpuctl, &["--version"]));
@@ -88,9 +109,18 @@ pub fn run(env: &Env) -> Result<Section> {
         Row::new(
             "2",
             "`vgpuctl --version` (process start alone: no bus, no call)",
-            figure(5),
+            figure(6),
         )
         .against("`mdevctl types --dumpjson`", &figure(1)),
+    );
+    section.row(
+        Row::new(
+            "2",
+            "`mdev-manager-mdevctl list --dumpjson` (the mdevctl-compatible command)",
+            figure(5),
+        )
+        .against("`mdevctl list --dumpjson`", &figure(3))
+        .target(Target::RatioAtMost(0.5)),
     );
     let [list_types, list_instances, walk] = calls;
     let walk = Figure::time(walk);
@@ -121,7 +151,8 @@ pub fn run(env: &Env) -> Result<Section> {
          sysfs links) with the same {} instances as mdevctl definitions (`etc/mdevctl.d`). The \
          daemon runs on it with `--root` (RealFs, the real-host code path, no reconcile); \
          mdevctl {} with `MDEVCTL_ENV_ROOT`. Every output was checked to name all {} UUIDs \
-         (lists) and the largest type `simgpu-32` (types) before timing.",
+         (lists) and the largest type `simgpu-32` (types) before timing, and \
+         `mdev-manager-mdevctl list --dumpjson` to print the same bytes as mdevctl's.",
         tree.type_count,
         INSTANCES,
         INSTANCES,
@@ -198,6 +229,22 @@ fn calls_on_a_kept_connection(bus: &PrivateBus, rounds: usize) -> Result<[Sample
         }
         Ok(samples)
     })
+}
+
+/// The compatible command must print exactly what mdevctl prints for the same tree; timing a
+/// different answer would compare nothing.
+fn same_bytes(mdevctl: &Cmd, compat: &Cmd) -> Result<()> {
+    let (expected, got) = (mdevctl.output()?, compat.output()?);
+    if expected != got {
+        return Err(BenchError::Check(format!(
+            "{} printed {} bytes, {} printed {} bytes: the outputs differ",
+            compat.name,
+            got.len(),
+            mdevctl.name,
+            expected.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Every command must show what the tree holds; timing a command that prints an error or an

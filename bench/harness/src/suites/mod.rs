@@ -24,6 +24,8 @@ pub struct Env {
     pub vgpuctl: PathBuf,
     /// `mdev-manager-hook`.
     pub hook: PathBuf,
+    /// `mdev-manager-mdevctl`, the mdevctl-compatible command.
+    pub mdevctl_compat: PathBuf,
     /// Repetition counts.
     pub rounds: Rounds,
 }
