@@ -141,13 +141,14 @@ const ON_A_ROOT_JOB: [(&str, &str, Expect, Expect, Expect); 1] =
 
 /// Methods of the published interface that change nothing and so need no action: never in
 /// [`TABLE`].
-const NOT_IN_TABLE: [&str; 6] = [
+const NOT_IN_TABLE: [&str; 7] = [
     "Manager.GetPermissions",
     "Manager.Probe",
     "Manager.VerifyDomain",
     "Manager.ListInstances",
     "Manager.ListTypes",
     "Manager.FitProfiles",
+    "Manager.GetVgpuTelemetry",
 ];
 
 /// `Interface.Method` for every method of the published introspection XML.
