@@ -96,6 +96,13 @@ pub trait Manager {
     /// not. No options yet.
     fn fit_profiles(&self, options: Options<'_>)
         -> zbus::Result<Vec<crate::wire::ProfileFitEntry>>;
+    /// Every vGPU NVIDIA's `nvidia-smi vgpu -q` reports (VM, framebuffer used, utilization,
+    /// licence), matched to the service's instances; at most 2 s old. `NotSupported` naming
+    /// the tool where `nvidia-smi` is not installed. No options yet.
+    fn get_vgpu_telemetry(
+        &self,
+        options: Options<'_>,
+    ) -> zbus::Result<Vec<crate::wire::VgpuTelemetryEntry>>;
 
     /// `CreateInstances` as a Job (returned at once); options as `CreateInstances` plus
     /// `wait-for-parent u` (seconds). `Job.ResultObjects` lists the instances made.

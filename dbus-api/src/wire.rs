@@ -475,6 +475,35 @@ pub struct ProfileFitEntry {
     pub detail: String,
 }
 
+/// One vGPU as NVIDIA's `nvidia-smi vgpu -q` reports it, as `Manager.GetVgpuTelemetry` sends
+/// it, D-Bus signature `(stssssxxiis)`. Empty strings and `-1` stand for what the tool does
+/// not report (`N/A`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, zbus::Type)]
+pub struct VgpuTelemetryEntry {
+    /// The physical GPU's PCI address (`0000:4b:00.0`).
+    pub gpu: String,
+    /// The driver's vGPU id.
+    pub vgpu_id: u64,
+    /// UUID of the service's instance this vGPU is; empty when none matches.
+    pub instance: String,
+    /// The VM's UUID (the libvirt domain UUID).
+    pub vm_uuid: String,
+    /// The VM's name.
+    pub vm_name: String,
+    /// The vGPU type's name.
+    pub vgpu_name: String,
+    /// Framebuffer used, MiB (`-1`: not reported).
+    pub fb_used_mib: i64,
+    /// Framebuffer size, MiB (`-1`: not reported).
+    pub fb_total_mib: i64,
+    /// GPU utilization, percent (`-1`: not reported, e.g. MIG-backed vGPUs).
+    pub gpu_utilization_percent: i32,
+    /// Memory utilization, percent (`-1`: not reported).
+    pub memory_utilization_percent: i32,
+    /// Licence state as printed (`Licensed (Expiry: ...)`); empty when not reported.
+    pub license_status: String,
+}
+
 /// The instance whose UUID (any case) or VF PCI address is `key`.
 pub fn find_instance<'a>(instances: &'a [InstanceRecord], key: &str) -> Option<&'a InstanceRecord> {
     let key = key.to_ascii_lowercase();

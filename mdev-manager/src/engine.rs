@@ -9,6 +9,7 @@ mod cancel;
 mod claims;
 mod instance_locks;
 pub mod nvidia_sriov;
+pub mod nvidia_telemetry;
 pub mod passthrough;
 mod profiles;
 pub mod scenarios;
@@ -66,8 +67,12 @@ pub struct EngineConfig {
     /// Host path of NVIDIA's `sriov-manage`, the only way VFs of an NVIDIA GPU change
     /// (`/usr/lib/nvidia/sriov-manage`).
     pub nvidia_sriov_manage: PathBuf,
-    /// How long a vendor tool (`sriov-manage`) may run before it is killed with `TimedOut`.
+    /// How long a vendor tool (`sriov-manage`, `nvidia-smi`) may run before it is killed with
+    /// `TimedOut`.
     pub vendor_command_timeout: Duration,
+    /// Host path of `nvidia-smi`, read for vGPU telemetry (`/usr/bin/nvidia-smi`;
+    /// `engine::nvidia_telemetry`).
+    pub nvidia_smi: PathBuf,
 }
 
 pub use vgpu_profiles::placement::Policy as PlacementPolicy;
@@ -135,6 +140,7 @@ impl Default for EngineConfig {
             nvidia_mixed_mode_parents: Vec::new(),
             nvidia_sriov_manage: PathBuf::from(nvidia_sriov::SRIOV_MANAGE_PATH),
             vendor_command_timeout: Duration::from_secs(120),
+            nvidia_smi: PathBuf::from(nvidia_telemetry::NVIDIA_SMI_PATH),
         }
     }
 }
@@ -729,6 +735,8 @@ pub struct Engine {
     generation: std::sync::atomic::AtomicU64,
     /// The cancel token (and wait deadline) of the call running on each thread, if any.
     operations: Mutex<HashMap<std::thread::ThreadId, cancel::OperationContext>>,
+    /// The last `nvidia-smi vgpu -q` answer (see `nvidia_telemetry`).
+    telemetry_cache: nvidia_telemetry::TelemetryCache,
 }
 
 /// How often a profile is placed again when its chosen parent filled up meanwhile.
@@ -804,6 +812,7 @@ impl Engine {
             batching: Mutex::new(HashSet::new()),
             generation: std::sync::atomic::AtomicU64::new(0),
             operations: Mutex::new(HashMap::new()),
+            telemetry_cache: Default::default(),
         })
     }
 
@@ -2378,6 +2387,8 @@ pub(crate) fn unmanaged_info(mdev: &MdevDevice) -> InstanceInfo {
 
 #[cfg(test)]
 mod nvidia_sriov_tests;
+#[cfg(test)]
+mod nvidia_telemetry_tests;
 #[cfg(test)]
 mod other_gpu_tests;
 #[cfg(test)]

@@ -88,8 +88,10 @@ struct ConfigFile {
     nvidia_mixed_mode: Option<Vec<String>>,
     /// Host path of NVIDIA's `sriov-manage` (VF changes on NVIDIA GPUs go only through it).
     nvidia_sriov_manage: Option<PathBuf>,
-    /// How long a vendor tool (`sriov-manage`) may run before it is killed.
+    /// How long a vendor tool (`sriov-manage`, `nvidia-smi`) may run before it is killed.
     vendor_command_timeout_ms: Option<u64>,
+    /// Host path of `nvidia-smi` (vGPU telemetry reads `nvidia-smi vgpu -q`).
+    nvidia_smi: Option<PathBuf>,
 }
 
 impl ConfigFile {
@@ -265,6 +267,16 @@ async fn serve() -> Result<()> {
             );
         }
         engine_config.nvidia_sriov_manage = path;
+    }
+    if let Some(path) = config.nvidia_smi.clone() {
+        if !path.is_absolute() {
+            bail!(
+                "config file {}: nvidia_smi = {:?}: expected an absolute path",
+                config_path.display(),
+                path.display()
+            );
+        }
+        engine_config.nvidia_smi = path;
     }
     if let Some(ms) = config.vendor_command_timeout_ms {
         engine_config.vendor_command_timeout = std::time::Duration::from_millis(ms);

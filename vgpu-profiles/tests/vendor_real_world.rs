@@ -518,3 +518,37 @@ fn nvidia_smi_vgpu_query_samples_parse_with_vm_framebuffer_utilization_and_licen
         );
     }
 }
+
+/// `nvidia-smi -q` of real hosts: the H200's MIG mode is read as off, the Pascal P10's `N/A`
+/// as no MIG, and the T4 excerpt (595 driver, separator at column 55, a driver-wide section
+/// before the GPUs) as a GPU without the section.
+#[test]
+fn nvidia_smi_query_samples_give_each_gpu_its_mig_mode() {
+    use vgpu_profiles::vendor::parse_mig_modes;
+    let h200 = parse_mig_modes(&fixture("h200/nvidia-smi-q.txt")).expect("H200 fixture parses");
+    assert_eq!(h200.len(), 1);
+    assert_eq!(h200[0].pci_address(), "0000:00:06.0");
+    assert_eq!(
+        (h200[0].current, h200[0].pending),
+        (Some(false), Some(false))
+    );
+
+    let all = samples("real-world/nvidia-mdev.md");
+    let p10 = all
+        .iter()
+        .find(|s| s.heading.starts_with("Tesla P10") && s.heading.contains("nvidia-smi -q"))
+        .expect("the P10 sample");
+    let gpus = parse_mig_modes(&p10.text).expect("P10 sample parses");
+    assert_eq!(gpus.len(), 1);
+    assert_eq!(gpus[0].pci_address(), "0000:82:00.0");
+    assert_eq!((gpus[0].current, gpus[0].pending), (None, None));
+
+    let t4 = all
+        .iter()
+        .find(|s| s.heading.starts_with("nvidia-smi -q head") && s.heading.contains("T4"))
+        .expect("the T4 sample");
+    let gpus = parse_mig_modes(&t4.text).expect("T4 sample parses");
+    assert_eq!(gpus.len(), 1);
+    assert_eq!(gpus[0].pci_address(), "0000:41:00.0");
+    assert_eq!(gpus[0].current, None);
+}

@@ -414,6 +414,24 @@ impl ManagerIface {
             .await
     }
 
+    /// Every vGPU NVIDIA's `nvidia-smi vgpu -q` reports, by GPU: the VM it serves, framebuffer
+    /// used, utilization and licence state, with the service's instance it is (empty when none
+    /// matches). Read on demand and kept 2 s (no polling). `NotSupported` naming the tool where
+    /// `nvidia-smi` is not installed. No options yet.
+    #[zbus(out_args("vgpus"))]
+    async fn get_vgpu_telemetry(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+    ) -> Result<Vec<dbus_api::wire::VgpuTelemetryEntry>, BusError> {
+        self.service
+            .metered("GetVgpuTelemetry", async {
+                CallOptions::parse("GetVgpuTelemetry", options, &[])?;
+                let rows = self.service.call(|engine| engine.vgpu_telemetry()).await?;
+                Ok(rows.into_iter().map(telemetry_entry).collect())
+            })
+            .await
+    }
+
     /// Every mdev type in one reply, sorted by parent then id; option `parent s` keeps one
     /// parent's types (`NotFound` when there is no such parent).
     #[zbus(out_args("types"))]
@@ -1669,4 +1687,25 @@ impl JobIface {
         success: bool,
         message: &str,
     ) -> zbus::Result<()>;
+}
+
+/// A telemetry row as the bus sends it: `N/A` as an empty string or `-1`.
+fn telemetry_entry(
+    row: crate::engine::nvidia_telemetry::VgpuTelemetry,
+) -> dbus_api::wire::VgpuTelemetryEntry {
+    let mib = |value: Option<u64>| value.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
+    let percent = |value: Option<u32>| value.map_or(-1, |v| i32::try_from(v).unwrap_or(i32::MAX));
+    dbus_api::wire::VgpuTelemetryEntry {
+        gpu: row.gpu,
+        vgpu_id: row.vgpu_id,
+        instance: row.instance.unwrap_or_default(),
+        vm_uuid: row.vm_uuid.unwrap_or_default(),
+        vm_name: row.vm_name.unwrap_or_default(),
+        vgpu_name: row.vgpu_name.unwrap_or_default(),
+        fb_used_mib: mib(row.fb_used_mib),
+        fb_total_mib: mib(row.fb_total_mib),
+        gpu_utilization_percent: percent(row.gpu_utilization_percent),
+        memory_utilization_percent: percent(row.memory_utilization_percent),
+        license_status: row.license_status.unwrap_or_default(),
+    }
 }

@@ -17,6 +17,10 @@
 //! * a sysfs write the kernel refuses prints `write error: <strerror>` on stderr and exits 1;
 //! * anything else prints the usage on stderr and exits 1.
 //!
+//! And `/usr/bin/nvidia-smi vgpu -q` (installed when listed in `host_tools`): the host's
+//! NVIDIA vGPUs in the real tool's layout (`sim::world::nvidia_smi` says what it prints);
+//! other arguments print "Invalid combination of input arguments" and exit 2.
+//!
 //! The real script passes the PF through `pci-pf-stub` while it writes `sriov_numvfs`; the
 //! simulated `nvidia` driver configures SR-IOV itself, so the model writes with `nvidia`
 //! bound. The end state (PF on `nvidia`, all VFs on `nvidia`) is the script's.
@@ -30,6 +34,9 @@ use crate::host::HostFs;
 
 /// Where NVIDIA's vGPU manager installs its SR-IOV tool.
 pub const SRIOV_MANAGE: &str = "/usr/lib/nvidia/sriov-manage";
+
+/// Where NVIDIA's driver packages install `nvidia-smi`.
+pub const NVIDIA_SMI: &str = "/usr/bin/nvidia-smi";
 
 const PCI_DEVICES: &str = "/sys/bus/pci/devices";
 const NVIDIA_VENDOR: &str = "0x10de";
@@ -79,7 +86,10 @@ impl HostCommands for SimHost {
                 output: Run::default().finish(-1),
             });
         }
-        // Only sriov-manage is modelled; a tool listed without a model behaves as absent.
+        // Only these are modelled; a tool listed without a model behaves as absent.
+        if program == Path::new(NVIDIA_SMI) {
+            return Ok(self.nvidia_smi(args));
+        }
         if program != Path::new(SRIOV_MANAGE) {
             return Err(CommandError::NotInstalled {
                 program: program.to_owned(),
@@ -90,6 +100,20 @@ impl HostCommands for SimHost {
 }
 
 impl SimHost {
+    /// `nvidia-smi vgpu -q` (the only query modelled); anything else is refused as the real
+    /// tool refuses arguments it does not know.
+    fn nvidia_smi(&self, args: &[String]) -> CommandOutput {
+        let mut run = Run::default();
+        if args != ["vgpu", "-q"] {
+            run.stdout.push_str(
+                "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n",
+            );
+            return run.finish(2);
+        }
+        run.stdout.push_str(&self.lock().nvidia_smi_vgpu_query());
+        run.finish(0)
+    }
+
     fn sriov_manage(&self, args: &[String]) -> CommandOutput {
         let mut run = Run::default();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -65,7 +65,7 @@ pub struct Topology {
     #[serde(default = "default_iommu")]
     pub iommu: bool,
     /// Vendor tools installed on the host (host paths), answered by the simulated host's
-    /// models (`sim::tools`): `/usr/lib/nvidia/sriov-manage`.
+    /// models (`sim::tools`): `/usr/lib/nvidia/sriov-manage`, `/usr/bin/nvidia-smi`.
     #[serde(default)]
     pub host_tools: Vec<String>,
     /// PCI drivers.

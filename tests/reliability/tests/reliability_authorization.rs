@@ -163,6 +163,7 @@ const NOT_IN_TABLE: [&str; 7] = [
     "Manager.ListInstances",
     "Manager.ListTypes",
     "Manager.FitProfiles",
+    "Manager.GetVgpuTelemetry",
 ];
 
 /// `Interface.Method` for every method of the published introspection XML.

@@ -11,6 +11,7 @@ mod mdev;
 mod mig;
 mod nvidia;
 mod nvidia_smi;
+mod nvidia_smi_q;
 mod offered;
 mod samples;
 
@@ -26,6 +27,7 @@ pub use nvidia::{
     CreatableVgpuType, MigMediaAttr, NvidiaDescription, NvidiaSeries, NvidiaTypeName,
 };
 pub use nvidia_smi::{parse_vgpu_query, VgpuQueryGpu, VgpuQueryRecord};
+pub use nvidia_smi_q::{parse_mig_modes, GpuMigMode};
 pub use offered::{
     DisplayCaps, Isolation, OfferedType, PciIdentity, TypeDescription, TypeSource, Vendor,
 };
@@ -66,6 +68,8 @@ pub enum Format {
     MigInstances,
     /// `nvidia-smi vgpu -q` (running vGPUs per GPU).
     NvidiaSmiVgpuQuery,
+    /// `nvidia-smi -q` (per GPU; read for its MIG mode).
+    NvidiaSmiQuery,
 }
 
 impl fmt::Display for Format {
@@ -84,6 +88,7 @@ impl fmt::Display for Format {
             Format::MigProfiles => "`nvidia-smi mig -lgip` output",
             Format::MigPlacements => "`nvidia-smi mig -lgipp` output",
             Format::MigInstances => "`nvidia-smi mig -lgi` output",
+            Format::NvidiaSmiQuery => "`nvidia-smi -q` output",
             Format::NvidiaSmiVgpuQuery => "`nvidia-smi vgpu -q` output",
         })
     }

@@ -28,13 +28,19 @@ impl VgpuQueryGpu {
     /// The bus id as a sysfs PCI address (`0000:42:00.0`): the 8-digit domain cut to 4 and
     /// hex digits in lower case, as `/sys/bus/pci/devices` names it.
     pub fn pci_address(&self) -> String {
-        let lower = self.bus_id.to_ascii_lowercase();
-        match lower.split_once(':') {
-            Some((domain, rest)) if domain.len() == 8 && domain.starts_with("0000") => {
-                format!("{}:{rest}", &domain[4..])
-            }
-            _ => lower,
+        sysfs_address(&self.bus_id)
+    }
+}
+
+/// An nvidia-smi bus id (`00000000:8C:00.0`) as sysfs names the device (`0000:8c:00.0`): the
+/// 8-digit domain cut to 4 and hex digits in lower case.
+pub fn sysfs_address(bus_id: &str) -> String {
+    let lower = bus_id.to_ascii_lowercase();
+    match lower.split_once(':') {
+        Some((domain, rest)) if domain.len() == 8 && domain.starts_with("0000") => {
+            format!("{}:{rest}", &domain[4..])
         }
+        _ => lower,
     }
 }
 

@@ -61,6 +61,9 @@ pub enum Command {
     },
     /// List the parent devices (GPUs) and how they can be split.
     Parents,
+    /// Show what NVIDIA's `nvidia-smi vgpu -q` reports per running vGPU: VM, framebuffer used,
+    /// utilization, licence state.
+    Telemetry,
     /// List the mdev types, of every parent or of one.
     Types {
         /// Parent name or PCI address (`0000:3b:00.0`).

@@ -255,6 +255,55 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 }),
             );
         }
+        Command::Telemetry => {
+            let rows = manager(&connection)
+                .await?
+                .get_vgpu_telemetry(HashMap::new())
+                .await
+                .map_err(ClientError::from)?;
+            if json {
+                return print_json(&rows);
+            }
+            let text = |value: &str| {
+                if value.is_empty() {
+                    "-".to_owned()
+                } else {
+                    value.to_owned()
+                }
+            };
+            let number = |value: i64, unit: &str| {
+                if value < 0 {
+                    "-".to_owned()
+                } else {
+                    format!("{value}{unit}")
+                }
+            };
+            table::print(
+                &[
+                    "GPU", "VGPU", "INSTANCE", "VM UUID", "TYPE", "FB USED", "GPU%", "MEM%",
+                    "LICENSE",
+                ],
+                rows.iter().map(|r| {
+                    let fb = match (r.fb_used_mib, r.fb_total_mib) {
+                        (used, total) if total >= 0 => {
+                            format!("{}/{total} MiB", number(used, ""))
+                        }
+                        (used, _) => number(used, " MiB"),
+                    };
+                    vec![
+                        r.gpu.clone(),
+                        r.vgpu_id.to_string(),
+                        text(&r.instance),
+                        text(&r.vm_uuid),
+                        text(&r.vgpu_name),
+                        fb,
+                        number(i64::from(r.gpu_utilization_percent), "%"),
+                        number(i64::from(r.memory_utilization_percent), "%"),
+                        text(&r.license_status),
+                    ]
+                }),
+            );
+        }
         Command::Profiles { fit: false } => {
             let snapshot = snapshot(&connection).await?;
             if json {

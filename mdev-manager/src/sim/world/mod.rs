@@ -9,6 +9,7 @@ mod gim;
 mod mdev;
 mod modules;
 mod nvidia;
+mod nvidia_smi;
 mod pci;
 
 use super::events::{SimEvent, UeventAction};
