@@ -155,7 +155,7 @@ const ON_A_ROOT_JOB: [(&str, &str, Expect, Expect, Expect); 1] =
 
 /// Methods of the published interface that change nothing and so need no action: never in
 /// [`TABLE`].
-const NOT_IN_TABLE: [&str; 7] = [
+const NOT_IN_TABLE: [&str; 8] = [
     "Manager.GetPermissions",
     "Manager.GetOperationStats",
     "Manager.Probe",
