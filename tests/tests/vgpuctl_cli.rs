@@ -62,6 +62,22 @@ fn qemu_args_for_an_nvidia_mdev() {
     assert!(String::from_utf8_lossy(&output.stderr).contains(missing));
 }
 
+/// Runs a program this test has just written. Another test thread that forks while the file is
+/// still open for writing passes that descriptor to its child, and until the child execs, the
+/// kernel refuses to execute the file (`ETXTBSY`); trying again after a moment is the usual
+/// remedy. Bounded: 100 tries, 20 ms apart.
+fn output_of_fresh_executable(command: &mut Command) -> std::process::Output {
+    for _ in 0..100 {
+        match command.output() {
+            Err(error) if error.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            result => return result.expect("run the program"),
+        }
+    }
+    panic!("{command:?} stayed busy (ETXTBSY) for 2 s")
+}
+
 /// `vgpuctl install-hook --root DIR` runs the `mdev-manager-hook` installed next to it with
 /// `--install DIR`; without one (and none on PATH) it fails naming the program.
 #[test]
@@ -72,11 +88,11 @@ fn install_hook_runs_the_hook_beside_vgpuctl() {
     let empty_path = dir.path().join("empty");
     std::fs::create_dir(&empty_path).unwrap();
 
-    let missing = Command::new(&vgpuctl)
-        .args(["install-hook"])
-        .env("PATH", &empty_path)
-        .output()
-        .unwrap();
+    let missing = output_of_fresh_executable(
+        Command::new(&vgpuctl)
+            .args(["install-hook"])
+            .env("PATH", &empty_path),
+    );
     assert!(!missing.status.success());
     assert!(
         String::from_utf8_lossy(&missing.stderr).contains("mdev-manager-hook"),
@@ -97,13 +113,13 @@ fn install_hook_runs_the_hook_beside_vgpuctl() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     let root = dir.path().join("image");
-    let output = Command::new(&vgpuctl)
-        .arg("install-hook")
-        .arg("--root")
-        .arg(&root)
-        .env("PATH", &empty_path)
-        .output()
-        .unwrap();
+    let output = output_of_fresh_executable(
+        Command::new(&vgpuctl)
+            .arg("install-hook")
+            .arg("--root")
+            .arg(&root)
+            .env("PATH", &empty_path),
+    );
     assert!(output.status.success(), "{output:?}");
     assert_eq!(
         std::fs::read_to_string(&record).unwrap(),
