@@ -7,6 +7,7 @@
 pub mod apply;
 mod cancel;
 mod claims;
+mod context;
 mod instance_locks;
 pub mod nvidia_sriov;
 pub mod nvidia_telemetry;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 pub use self::cancel::CancelToken;
+pub use self::context::OperationContext;
 pub use crate::discovery::names::{NameError, PciAddress};
 pub use crate::discovery::{
     Inventory, MdevDevice, MdevParent, MdevType, NvidiaVfState, SriovPf, VirtualFunction,
@@ -728,13 +730,8 @@ pub struct Engine {
     pub(crate) instance_locks: instance_locks::InstanceLocks,
     subscribers: Mutex<Vec<mpsc::Sender<EngineEvent>>>,
     pub(crate) profiles: RwLock<profiles::ProfileSet>,
-    /// Threads inside a batch create: the mdev records they commit are saved once, at the
-    /// batch's end (their UUIDs were saved as `pending_creates` before any sysfs write).
-    batching: Mutex<HashSet<std::thread::ThreadId>>,
     /// How many events have been emitted (see [`Engine::event_generation`]).
     generation: std::sync::atomic::AtomicU64,
-    /// The cancel token (and wait deadline) of the call running on each thread, if any.
-    operations: Mutex<HashMap<std::thread::ThreadId, cancel::OperationContext>>,
     /// The last `nvidia-smi vgpu -q` answer (see `nvidia_telemetry`).
     telemetry_cache: nvidia_telemetry::TelemetryCache,
 }
@@ -748,27 +745,6 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Marks the current thread as inside a batch create until dropped (also on a panic: the
-/// daemon's blocking threads are reused, and a stale mark would defer their saves).
-struct BatchingThread<'a> {
-    engine: &'a Engine,
-    thread: std::thread::ThreadId,
-}
-
-impl<'a> BatchingThread<'a> {
-    fn enter(engine: &'a Engine) -> Self {
-        let thread = std::thread::current().id();
-        lock(&engine.batching).insert(thread);
-        Self { engine, thread }
-    }
-}
-
-impl Drop for BatchingThread<'_> {
-    fn drop(&mut self) {
-        lock(&self.engine.batching).remove(&self.thread);
-    }
 }
 
 /// Releases a UUID reservation when the creating call ends, however it ends.
@@ -809,9 +785,7 @@ impl Engine {
             instance_locks: instance_locks::InstanceLocks::default(),
             subscribers: Mutex::new(Vec::new()),
             profiles: RwLock::new(profiles),
-            batching: Mutex::new(HashSet::new()),
             generation: std::sync::atomic::AtomicU64::new(0),
-            operations: Mutex::new(HashMap::new()),
             telemetry_cache: Default::default(),
         })
     }
@@ -890,9 +864,19 @@ impl Engine {
             .ok_or(EngineError::UnknownInstance { uuid: key })
     }
 
-    /// Creates one instance (see [`Engine::create_batch`]).
+    /// Creates one instance (see [`Engine::create_batch`]) with the default context.
     pub fn create(&self, request: CreateRequest) -> Result<InstanceInfo, EngineError> {
-        let record = self.create_one(&request, None)?;
+        self.create_with(&OperationContext::default(), request)
+    }
+
+    /// [`Engine::create`] with `ctx` (its waits for the parent end by `ctx`'s deadline; a
+    /// cancel before the VF bind stops it).
+    pub fn create_with(
+        &self,
+        ctx: &OperationContext,
+        request: CreateRequest,
+    ) -> Result<InstanceInfo, EngineError> {
+        let record = self.create_one(ctx, &request, None)?;
         Ok(self.info_of(&record))
     }
 
@@ -902,13 +886,25 @@ impl Engine {
     /// A batch of more than one saves the state twice however long it is: its UUIDs as
     /// `pending_creates` before the first sysfs write, then every record at once. A crash in
     /// between leaves devices the state does not list yet; [`Engine::reconcile`] removes them.
+    ///
+    /// Runs with the default context (see [`Engine::create_batch_with`]).
     pub fn create_batch(
         &self,
+        requests: Vec<CreateRequest>,
+    ) -> Result<Vec<InstanceInfo>, EngineError> {
+        self.create_batch_with(&OperationContext::default(), requests)
+    }
+
+    /// [`Engine::create_batch`] with `ctx`: cancelling its token stops the batch before the
+    /// next request (and once more after the last), rolling back everything it created.
+    pub fn create_batch_with(
+        &self,
+        ctx: &OperationContext,
         mut requests: Vec<CreateRequest>,
     ) -> Result<Vec<InstanceInfo>, EngineError> {
         let total = requests.len();
         if total <= 1 {
-            return self.create_batch_steps(&requests);
+            return self.create_batch_steps(ctx, &requests);
         }
         // Every UUID is fixed up front so the intent can name it.
         for request in &mut requests {
@@ -931,10 +927,7 @@ impl Engine {
                 .collect()
         };
         self.update_state(|state| state.pending_creates.extend(intent.iter().cloned()))?;
-        let outcome = {
-            let _batching = BatchingThread::enter(self);
-            self.create_batch_steps(&requests)
-        };
+        let outcome = self.create_batch_steps(&ctx.in_batch(), &requests);
         let saved = self.update_state(|state| {
             for uuid in &intent {
                 state.pending_creates.remove(uuid);
@@ -961,6 +954,7 @@ impl Engine {
 
     fn create_batch_steps(
         &self,
+        ctx: &OperationContext,
         requests: &[CreateRequest],
     ) -> Result<Vec<InstanceInfo>, EngineError> {
         let total = requests.len();
@@ -969,9 +963,9 @@ impl Engine {
         // steps before it created (re-reading only the parent that changed).
         let mut placement_view = None;
         for (index, request) in requests.iter().enumerate() {
-            let created = self
-                .check_cancelled(|| format!("creating {}", describe_target(&request.target)))
-                .and_then(|()| self.create_one_placed(request, None, &mut placement_view));
+            let created = ctx
+                .check(|| format!("creating {}", describe_target(&request.target)))
+                .and_then(|()| self.create_one_placed(ctx, request, None, &mut placement_view));
             match created {
                 Ok(record) => done.push(record),
                 Err(error) => {
@@ -989,7 +983,7 @@ impl Engine {
             }
         }
         // A cancel that came during the last step still undoes the whole batch.
-        if let Err(error) = self.check_cancelled(|| "finishing the batch".to_owned()) {
+        if let Err(error) = ctx.check(|| "finishing the batch".to_owned()) {
             let rollback_failures = self.roll_back(&done);
             return Err(EngineError::Batch {
                 step: format!("creating {total} instance(s)"),
@@ -1134,30 +1128,41 @@ impl Engine {
         Ok(())
     }
 
-    /// Starts a defined (persistent, inactive) instance.
+    /// Starts a defined (persistent, inactive) instance, with the default context.
     pub fn start(&self, uuid: &str) -> Result<InstanceInfo, EngineError> {
+        self.start_with(&OperationContext::default(), uuid)
+    }
+
+    /// [`Engine::start`] with `ctx` (its wait for the parent ends by `ctx`'s deadline).
+    pub fn start_with(
+        &self,
+        ctx: &OperationContext,
+        uuid: &str,
+    ) -> Result<InstanceInfo, EngineError> {
         let key = names::parse_uuid(uuid)?.to_string();
         let _held = self.instance_locks.hold(&key);
         let record = self.record(&key)?;
-        let record = self.start_record(&record)?;
+        let record = self.start_record(ctx, &record)?;
         Ok(self.info_of(&record))
     }
 
     /// Creates the device of a known record (same UUID, type, attributes) if it is not active.
     pub(crate) fn start_record(
         &self,
+        ctx: &OperationContext,
         record: &InstanceRecord,
     ) -> Result<InstanceRecord, EngineError> {
         if self.is_active(record) {
             return Ok(record.clone());
         }
-        self.start_inactive_record(record)
+        self.start_inactive_record(ctx, record)
     }
 
     /// [`Engine::start_record`] of a record the caller has just found inactive (reconcile
     /// checks every record first), without reading the host again to check.
     pub(crate) fn start_inactive_record(
         &self,
+        ctx: &OperationContext,
         record: &InstanceRecord,
     ) -> Result<InstanceRecord, EngineError> {
         let uuid = names::parse_uuid(&record.uuid)?;
@@ -1166,7 +1171,12 @@ impl Engine {
         let mut started = record.clone();
         match record.kind {
             InstanceKind::Mdev => {
-                self.wait_for_path(&record.parent, &layout::mdev_parent(&record.parent), None)?;
+                self.wait_for_path(
+                    ctx,
+                    &record.parent,
+                    &layout::mdev_parent(&record.parent),
+                    None,
+                )?;
                 self.check_capacity(&record.parent, &record.type_id)?;
                 self.host.create_mdev(
                     &record.parent,
@@ -1177,7 +1187,7 @@ impl Engine {
             }
             InstanceKind::Vf => {
                 let vf = record.vf.ok_or_else(|| missing_vf(record))?;
-                self.wait_for_path(&vf.to_string(), &layout::pci_device(&vf), None)?;
+                self.wait_for_path(ctx, &vf.to_string(), &layout::pci_device(&vf), None)?;
                 started.previous_driver = self.host.bind_vfio(vf)?;
             }
             InstanceKind::NvidiaVf => {
@@ -1191,14 +1201,14 @@ impl Engine {
                             value: record.type_id.clone(),
                             reason: "not a decimal number".into(),
                         })?;
-                self.wait_for_path(&record.parent, &layout::pci_device(&pf), None)?;
+                self.wait_for_path(ctx, &record.parent, &layout::pci_device(&pf), None)?;
                 let vf = self.pick_nvidia_vf(pf, type_id, record.vf, Some(&record.uuid))?;
                 self.host.set_nvidia_vgpu(vf, type_id)?;
                 started.vf = Some(vf);
             }
             InstanceKind::Passthrough => {
                 let gpu = record.vf.ok_or_else(|| missing_vf(record))?;
-                self.bind_passthrough(&mut started, gpu, record.force)?;
+                self.bind_passthrough(ctx, &mut started, gpu, record.force)?;
             }
         }
         // The state already says what is true when starting changed no field (an mdev always):
@@ -1424,9 +1434,22 @@ impl Engine {
 
     /// Sets a PF's VF count (autoprobe off first, `0` first when changing a non-zero count).
     /// Refuses when any VF is held by a process or carries an instance (unless forced; a held
-    /// VF is refused even then). Returns the VF addresses now enabled.
+    /// VF is refused even then). Returns the VF addresses now enabled. Runs with the default
+    /// context (see [`Engine::set_num_vfs_with`]).
     pub fn set_num_vfs(
         &self,
+        pf: &str,
+        num_vfs: u32,
+        options: DestroyOptions,
+    ) -> Result<Vec<PciAddress>, EngineError> {
+        self.set_num_vfs_with(&OperationContext::default(), pf, num_vfs, options)
+    }
+
+    /// [`Engine::set_num_vfs`] with `ctx`: on an NVIDIA GPU, a cancel stops it before each
+    /// `sriov-manage` run and ends a run in progress.
+    pub fn set_num_vfs_with(
+        &self,
+        ctx: &OperationContext,
         pf: &str,
         num_vfs: u32,
         options: DestroyOptions,
@@ -1434,7 +1457,7 @@ impl Engine {
         let address: PciAddress = pf.parse()?;
         let parent_lock = self.parent_lock(&address.to_string());
         let _serialized = lock(&parent_lock);
-        let enabled = self.set_num_vfs_locked(address, num_vfs, options)?;
+        let enabled = self.set_num_vfs_locked(ctx, address, num_vfs, options)?;
         // A forced change can take VFs that carried instances: transient ones are gone for
         // good; persistent ones stay defined (and unclaimed) for a later start.
         let (forgotten, stopped) = self.update_state(|state| {
@@ -1480,6 +1503,7 @@ impl Engine {
 
     pub(crate) fn set_num_vfs_locked(
         &self,
+        ctx: &OperationContext,
         address: PciAddress,
         num_vfs: u32,
         options: DestroyOptions,
@@ -1520,7 +1544,7 @@ impl Engine {
             }
         }
         if nvidia_sriov::is_nvidia_pf(&pf) {
-            self.set_nvidia_vfs(&pf, num_vfs)?;
+            self.set_nvidia_vfs(ctx, &pf, num_vfs)?;
         } else {
             self.host.set_num_vfs(address, pf.num_vfs, num_vfs)?;
         }
@@ -1528,9 +1552,11 @@ impl Engine {
     }
 
     /// Waits (bounded by `timeout`, default [`EngineConfig::readiness_timeout`]) until `parent`
-    /// is registered as an mdev parent or present as a PCI device.
+    /// is registered as an mdev parent or present as a PCI device, and at the latest by `ctx`'s
+    /// deadline; a cancel of `ctx` ends the wait.
     pub fn wait_for_parent(
         &self,
+        ctx: &OperationContext,
         parent: &str,
         timeout: Option<Duration>,
     ) -> Result<(), EngineError> {
@@ -1543,13 +1569,14 @@ impl Engine {
         let ready = || {
             self.fs().exists(&mdev_path) || pci_path.as_ref().is_some_and(|p| self.fs().exists(p))
         };
-        self.poll_until(parent, &mdev_path, timeout, ready)
+        self.poll_until(ctx, parent, &mdev_path, timeout, ready)
     }
 
     /// Waits for `path` (the thing `parent` needs) to exist, bounded. A parent the host has never
     /// heard of (no PCI device, no record) is unknown at once rather than waited for.
     pub(crate) fn wait_for_path(
         &self,
+        ctx: &OperationContext,
         parent: &str,
         path: &Path,
         timeout: Option<Duration>,
@@ -1570,11 +1597,12 @@ impl Engine {
                 parent: parent.to_owned(),
             });
         }
-        self.poll_until(parent, path, timeout, || self.fs().exists(path))
+        self.poll_until(ctx, parent, path, timeout, || self.fs().exists(path))
     }
 
     fn poll_until(
         &self,
+        ctx: &OperationContext,
         parent: &str,
         path: &Path,
         timeout: Option<Duration>,
@@ -1582,8 +1610,8 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let waited = timeout.unwrap_or(self.config.readiness_timeout);
         let start = Instant::now();
-        // A cancellable call may bound every wait inside it (its caller's wait-for-parent).
-        let deadline = match self.wait_deadline() {
+        // The operation may bound every wait inside it (its caller's wait-for-parent).
+        let deadline = match ctx.deadline() {
             Some(outer) => outer.min(start + waited),
             None => start + waited,
         };
@@ -1591,7 +1619,7 @@ impl Engine {
             if ready() {
                 return Ok(());
             }
-            self.check_cancelled(|| format!("{parent} appeared (waiting for {})", path.display()))?;
+            ctx.check(|| format!("{parent} appeared (waiting for {})", path.display()))?;
             let now = Instant::now();
             if now >= deadline {
                 return Err(EngineError::ParentNotReady {
@@ -1881,16 +1909,18 @@ impl Engine {
     /// Creates one instance. `claim` is recorded with it when given.
     pub(crate) fn create_one(
         &self,
+        ctx: &OperationContext,
         request: &CreateRequest,
         claim: Option<Claim>,
     ) -> Result<InstanceRecord, EngineError> {
-        self.create_one_placed(request, claim, &mut None)
+        self.create_one_placed(ctx, request, claim, &mut None)
     }
 
     /// [`Engine::create_one`] placing a profile on `view`, the host as a batch's earlier steps
     /// left it (discovered when `None`, then kept up to date with what this step creates).
     fn create_one_placed(
         &self,
+        ctx: &OperationContext,
         request: &CreateRequest,
         claim: Option<Claim>,
         view: &mut Option<Inventory>,
@@ -1971,7 +2001,7 @@ impl Engine {
                 previous_driver: None,
                 force: matches!(target, CreateTarget::Passthrough { force: true, .. }),
             };
-            let created = self.create_target(&target, &uuid, record, &request.attributes);
+            let created = self.create_target(ctx, &target, &uuid, record, &request.attributes);
             self.update_placement_view(view, &target, &created);
             match created {
                 Err(error) if error.kind() == ErrorKind::NoCapacity && attempt < attempts => {
@@ -1986,6 +2016,7 @@ impl Engine {
     /// held by the caller).
     fn create_target(
         &self,
+        ctx: &OperationContext,
         target: &CreateTarget,
         uuid: &uuid::Uuid,
         mut record: InstanceRecord,
@@ -1996,7 +2027,7 @@ impl Engine {
             CreateTarget::Mdev { parent, type_id } => {
                 names::check_sysfs_name("parent", parent)?;
                 names::check_sysfs_name("mdev type", type_id)?;
-                self.wait_for_path(parent, &layout::mdev_parent(parent), None)?;
+                self.wait_for_path(ctx, parent, &layout::mdev_parent(parent), None)?;
                 let parent_lock = self.parent_lock(parent);
                 let _serialized = lock(&parent_lock);
                 self.admit_at_create(parent, &key, &record.scheduling)?;
@@ -2007,7 +2038,7 @@ impl Engine {
                 self.host.create_mdev(parent, type_id, uuid, attributes)?;
                 record.parent = parent.clone();
                 record.type_id = type_id.clone();
-                self.commit_new(&record)?;
+                self.commit_new(ctx, &record)?;
             }
             CreateTarget::Vf { pf, vf } => {
                 if !attributes.is_empty() {
@@ -2019,23 +2050,23 @@ impl Engine {
                 }
                 let pf: PciAddress = pf.parse()?;
                 let wanted: Option<PciAddress> = vf.as_deref().map(str::parse).transpose()?;
-                self.wait_for_path(&pf.to_string(), &layout::pci_device(&pf), None)?;
+                self.wait_for_path(ctx, &pf.to_string(), &layout::pci_device(&pf), None)?;
                 let parent_lock = self.parent_lock(&pf.to_string());
                 let _serialized = lock(&parent_lock);
                 self.admit_at_create(&pf.to_string(), &key, &record.scheduling)?;
                 let chosen = self.pick_free_vf(pf, wanted)?;
-                self.check_cancelled(|| format!("binding VF {chosen} to vfio-pci"))?;
+                ctx.check(|| format!("binding VF {chosen} to vfio-pci"))?;
                 record.kind = InstanceKind::Vf;
                 record.parent = pf.to_string();
                 record.type_id = lifecycle::VFIO_PCI.to_owned();
                 record.vf = Some(chosen);
                 record.previous_driver = self.host.bind_vfio(chosen)?;
-                self.commit_new(&record)?;
+                self.commit_new(ctx, &record)?;
             }
             CreateTarget::NvidiaVf { pf, type_id, vf } => {
                 let pf: PciAddress = pf.parse()?;
                 let wanted: Option<PciAddress> = vf.as_deref().map(str::parse).transpose()?;
-                self.wait_for_path(&pf.to_string(), &layout::pci_device(&pf), None)?;
+                self.wait_for_path(ctx, &pf.to_string(), &layout::pci_device(&pf), None)?;
                 let parent_lock = self.parent_lock(&pf.to_string());
                 let _serialized = lock(&parent_lock);
                 self.admit_at_create(&pf.to_string(), &key, &record.scheduling)?;
@@ -2065,7 +2096,7 @@ impl Engine {
                         rollback_failures: rollback.into_iter().collect(),
                     });
                 }
-                self.commit_new(&record)?;
+                self.commit_new(ctx, &record)?;
             }
             CreateTarget::Passthrough { gpu, force } => {
                 if !attributes.is_empty() {
@@ -2078,7 +2109,7 @@ impl Engine {
                 let gpu: PciAddress = gpu.parse()?;
                 let parent_lock = self.parent_lock(&gpu.to_string());
                 let _serialized = lock(&parent_lock);
-                self.bind_passthrough(&mut record, gpu, *force)?;
+                self.bind_passthrough(ctx, &mut record, gpu, *force)?;
             }
             CreateTarget::Profile { profile, .. } => {
                 return Err(EngineError::Profile {
@@ -2109,12 +2140,12 @@ impl Engine {
 
     /// Records a new instance. If the state cannot be saved the device is removed again, so
     /// nothing exists that the state does not know.
-    fn commit_new(&self, record: &InstanceRecord) -> Result<(), EngineError> {
+    fn commit_new(&self, ctx: &OperationContext, record: &InstanceRecord) -> Result<(), EngineError> {
         // Inside a batch an mdev is recorded in memory only: its UUID is in the saved
         // `pending_creates`, which lets reconcile find it after a crash, and the batch saves
         // every record at its end. VF kinds cannot be found by UUID, so they save now.
         if record.kind == InstanceKind::Mdev
-            && lock(&self.batching).contains(&std::thread::current().id())
+            && ctx.durability() == context::Durability::DeferredToBatchEnd
         {
             lock(&self.state)
                 .instances

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::discovery::{self, layout, names, names::PciAddress};
-use crate::engine::{lock, Engine, EngineEvent};
+use crate::engine::{lock, Engine, EngineEvent, OperationContext};
 use crate::lifecycle::EchoKind;
 
 /// What happened to a device (the uevent `ACTION`).
@@ -362,7 +362,7 @@ impl Engine {
             .cloned()
             .collect();
         for record in waiting {
-            if let Err(error) = self.start_record(&record) {
+            if let Err(error) = self.start_record(&OperationContext::default(), &record) {
                 tracing::warn!(uuid = %record.uuid, %parent, %error, "cannot start autostart instance");
             }
         }

@@ -10,7 +10,7 @@ use std::path::Path;
 use crate::discovery::{self, names, names::PciAddress, Inventory};
 use crate::engine::{
     lock, DestroyOptions, DomainRef, Engine, EngineError, EngineEvent, ReconcileAction,
-    ReconcileReport,
+    OperationContext, ReconcileReport,
 };
 
 /// A reconcile pass and the host as it left it.
@@ -227,7 +227,12 @@ impl Engine {
     /// `Ok(false)` when it already has it.
     pub(crate) fn restore_vf_count(&self, pf: &str, num_vfs: u32) -> Result<bool, EngineError> {
         let address: PciAddress = pf.parse()?;
-        self.wait_for_path(pf, &crate::discovery::layout::pci_device(&address), None)?;
+        self.wait_for_path(
+            &OperationContext::default(),
+            pf,
+            &crate::discovery::layout::pci_device(&address),
+            None,
+        )?;
         let current = discovery::read_sriov_pf(self.fs(), address).map(|p| p.num_vfs);
         if current == Some(num_vfs) {
             return Ok(false);
@@ -240,7 +245,12 @@ impl Engine {
         // left the host on the other count until a later pass found the records gone
         // and changed it then (seen in the crash torture). A VF held by a process is
         // still refused, forced or not.
-        self.set_num_vfs_locked(address, num_vfs, DestroyOptions { force: true })?;
+        self.set_num_vfs_locked(
+            &OperationContext::default(),
+            address,
+            num_vfs,
+            DestroyOptions { force: true },
+        )?;
         Ok(true)
     }
 
@@ -328,7 +338,7 @@ impl Engine {
                     continue;
                 }
                 // Found inactive by the pass above: started without checking again.
-                let action = match self.start_inactive_record(record) {
+                let action = match self.start_inactive_record(&OperationContext::default(), record) {
                     Ok(_) => ReconcileAction::Recreated {
                         uuid: record.uuid.clone(),
                     },
