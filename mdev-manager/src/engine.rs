@@ -58,6 +58,7 @@ pub use crate::reconcile::Reconciled;
 pub use crate::state::{Claim, DiskFiles, InstanceKind, Owner, Scheduling, StateFiles};
 
 use self::create::check_scheduling;
+use self::error::rollback_note;
 use crate::domain_index;
 use crate::host::HostFs;
 use crate::lifecycle::{BoundedWriter, Host};

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{ErrorKind, Holder, NameError, passthrough};
+use super::{apply, passthrough, ErrorKind, Holder, NameError};
 
 /// Every engine failure. `kind()` classifies it for the D-Bus error name.
 #[derive(Debug, thiserror::Error)]

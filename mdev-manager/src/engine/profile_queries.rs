@@ -1,7 +1,7 @@
 //! The engine's profiles: reloading the directory, listing them, and how many of each still fit
 //! on the host.
 
-use super::{Engine, EngineError, PlacementRequest, ProfileFit, ProfileSummary};
+use super::{profiles, Engine, EngineError, PlacementRequest, ProfileFit, ProfileSummary};
 use super::create::describe_target;
 
 impl Engine {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Claim, InstanceKind, nvidia_sriov, nvidia_telemetry, Owner, PciAddress, PlacementPolicy, Scheduling};
+use super::{Claim, InstanceKind, nvidia_sriov, nvidia_telemetry, Owner, PciAddress, Scheduling};
 use crate::discovery::layout;
 
 /// Engine settings. [`EngineConfig::default`] gives the product's defaults.

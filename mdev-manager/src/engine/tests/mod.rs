@@ -16,13 +16,13 @@ mod claims;
 mod create;
 mod events;
 mod import;
-mod profiles;
+mod profile_placement;
 mod races;
 mod readiness;
 mod reconcile;
 mod remove;
-mod scenarios;
 mod sriov;
+mod vm_scenarios;
 
 const UUID_A: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";
 const UUID_B: &str = "0b7f4c6e-1a2b-4c3d-8e9f-001122334455";
