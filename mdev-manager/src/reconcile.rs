@@ -9,8 +9,8 @@ use std::path::Path;
 
 use crate::discovery::{self, names, names::PciAddress, Inventory};
 use crate::engine::{
-    lock, DestroyOptions, DomainRef, Engine, EngineError, EngineEvent, ReconcileAction,
-    OperationContext, ReconcileReport,
+    lock, DestroyOptions, DomainRef, Engine, EngineError, EngineEvent, OperationContext,
+    ReconcileAction, ReconcileReport,
 };
 
 /// A reconcile pass and the host as it left it.
@@ -338,7 +338,8 @@ impl Engine {
                     continue;
                 }
                 // Found inactive by the pass above: started without checking again.
-                let action = match self.start_inactive_record(&OperationContext::default(), record) {
+                let action = match self.start_inactive_record(&OperationContext::default(), record)
+                {
                     Ok(_) => ReconcileAction::Recreated {
                         uuid: record.uuid.clone(),
                     },

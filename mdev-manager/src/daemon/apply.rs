@@ -101,11 +101,7 @@ impl ApplyCall {
     }
 
     /// The Job: plans, then (unless a dry run or assert) applies; the message is the plan.
-    pub fn run(
-        self,
-        engine: &Engine,
-        ctx: &OperationContext,
-    ) -> Result<JobOutcome, EngineError> {
+    pub fn run(self, engine: &Engine, ctx: &OperationContext) -> Result<JobOutcome, EngineError> {
         let plan = engine.plan_apply(&self.desired, self.force)?;
         let rendered = plan.render();
         if self.assert {

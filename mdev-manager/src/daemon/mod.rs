@@ -30,7 +30,8 @@ use zbus::object_server::{Interface, SignalEmitter};
 use zbus::{Connection, ObjectServer, OwnedObjectPath};
 
 use crate::engine::{
-    CancelToken, Engine, EngineError, EngineEvent, OperationContext, ReconcileAction, ReconcileReport,
+    CancelToken, Engine, EngineError, EngineEvent, OperationContext, ReconcileAction,
+    ReconcileReport,
 };
 use auth::Authorizer;
 pub use host_events::host_events;

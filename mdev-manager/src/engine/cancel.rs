@@ -419,9 +419,11 @@ mod tests {
             type_id: "mtty-1".into(),
         });
         let error = engine
-            .wait_for_parent_then(&OperationContext::cancellable(token), Duration::from_secs(60), |ctx| {
-                engine.create_batch_with(ctx, vec![request.clone()])
-            })
+            .wait_for_parent_then(
+                &OperationContext::cancellable(token),
+                Duration::from_secs(60),
+                |ctx| engine.create_batch_with(ctx, vec![request.clone()]),
+            )
             .unwrap_err();
         canceller.join().unwrap();
         assert_eq!(error.kind(), ErrorKind::Cancelled, "{error}");

@@ -53,7 +53,14 @@ impl Engine {
             let claimed = ctx
                 .check(|| format!("claiming {}", describe_device(device)))
                 .and_then(|()| {
-                    self.claim_one(ctx, domain, &domain_uuid, device, &claimed_uuids, &mut steps)
+                    self.claim_one(
+                        ctx,
+                        domain,
+                        &domain_uuid,
+                        device,
+                        &claimed_uuids,
+                        &mut steps,
+                    )
                 });
             match claimed {
                 Ok(uuid) => claimed_uuids.push(uuid),
@@ -73,9 +80,7 @@ impl Engine {
             }
         }
         // A cancel that came during the last device still undoes the whole claim.
-        if let Err(error) =
-            ctx.check(|| format!("finishing the claim of domain {}", domain.name))
-        {
+        if let Err(error) = ctx.check(|| format!("finishing the claim of domain {}", domain.name)) {
             let rollback_failures = self.undo_claim(steps);
             return Err(EngineError::Batch {
                 step: format!(

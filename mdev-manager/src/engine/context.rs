@@ -54,7 +54,10 @@ impl OperationContext {
     /// This context with every wait ending by `deadline` at the latest (an earlier deadline
     /// the context already has stays).
     pub fn with_deadline(mut self, deadline: Instant) -> Self {
-        self.deadline = Some(self.deadline.map_or(deadline, |earlier| earlier.min(deadline)));
+        self.deadline = Some(
+            self.deadline
+                .map_or(deadline, |earlier| earlier.min(deadline)),
+        );
         self
     }
 

@@ -2,9 +2,13 @@
 //! placing profiles on parents, and recording each new instance before the call returns (a
 //! batch saves its records once, at its end: [`super::context::Durability`]).
 
-use super::{Claim, context, CreateRequest, CreateTarget, Engine, EngineError, EngineEvent, ErrorKind, InstanceInfo, InstanceKind, Inventory, lock, MdevDevice, OperationContext, Owner, PciAddress, PlacementRequest, profiles, Scheduling};
-use crate::lifecycle;
+use super::{
+    context, lock, profiles, Claim, CreateRequest, CreateTarget, Engine, EngineError, EngineEvent,
+    ErrorKind, InstanceInfo, InstanceKind, Inventory, MdevDevice, OperationContext, Owner,
+    PciAddress, PlacementRequest, Scheduling,
+};
 use crate::discovery::{layout, names};
+use crate::lifecycle;
 use crate::state::InstanceRecord;
 
 /// How often a profile is placed again when its chosen parent filled up meanwhile.
@@ -427,7 +431,11 @@ impl Engine {
 
     /// Records a new instance. If the state cannot be saved the device is removed again, so
     /// nothing exists that the state does not know.
-    fn commit_new(&self, ctx: &OperationContext, record: &InstanceRecord) -> Result<(), EngineError> {
+    fn commit_new(
+        &self,
+        ctx: &OperationContext,
+        record: &InstanceRecord,
+    ) -> Result<(), EngineError> {
         // Inside a batch an mdev is recorded in memory only: its UUID is in the saved
         // `pending_creates`, which lets reconcile find it after a crash, and the batch saves
         // every record at its end. VF kinds cannot be found by UUID, so they save now.

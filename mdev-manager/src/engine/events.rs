@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Engine, lock};
+use super::{lock, Engine};
 
 /// What changed, for subscribers (the daemon turns these into D-Bus signals).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,8 +1,8 @@
 //! The engine's profiles: reloading the directory, listing them, and how many of each still fit
 //! on the host.
 
-use super::{profiles, Engine, EngineError, PlacementRequest, ProfileFit, ProfileSummary};
 use super::create::describe_target;
+use super::{profiles, Engine, EngineError, PlacementRequest, ProfileFit, ProfileSummary};
 
 impl Engine {
     /// Re-reads the profiles directory. Returns how many profiles are loaded.

@@ -4,9 +4,11 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use super::{Engine, EngineError, InstanceInfo, InstanceKind, Inventory, lock, MdevDevice, Scheduling};
-use crate::lifecycle;
+use super::{
+    lock, Engine, EngineError, InstanceInfo, InstanceKind, Inventory, MdevDevice, Scheduling,
+};
 use crate::discovery::{self, layout, names};
+use crate::lifecycle;
 use crate::state::InstanceRecord;
 
 /// The sysfs device path of an mdev record (the devices directory itself when its UUID does

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{cancel, Engine, EngineError, lock, OperationContext, PciAddress};
+use super::{cancel, lock, Engine, EngineError, OperationContext, PciAddress};
 use crate::discovery::{layout, names};
 
 impl Engine {

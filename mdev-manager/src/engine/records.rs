@@ -2,8 +2,11 @@
 //! adopting an unmanaged mdev, persistence and autostart, scheduling fields, a parent's
 //! stored schedule.
 
-use super::{Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind, lock, Owner, PciAddress, Scheduling};
 use super::create::check_scheduling;
+use super::{
+    lock, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind, Owner, PciAddress,
+    Scheduling,
+};
 use crate::discovery::{self, layout, names};
 use crate::state::InstanceRecord;
 

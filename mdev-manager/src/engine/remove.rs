@@ -3,7 +3,9 @@
 
 use std::collections::HashSet;
 
-use super::{claimed, DestroyOptions, Engine, EngineError, EngineEvent, InstanceKind, lock, missing_vf};
+use super::{
+    claimed, lock, missing_vf, DestroyOptions, Engine, EngineError, EngineEvent, InstanceKind,
+};
 use crate::discovery::{self, layout, names};
 use crate::state::InstanceRecord;
 

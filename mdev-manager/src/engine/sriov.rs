@@ -3,10 +3,13 @@
 
 use std::collections::HashSet;
 
-use super::{DestroyOptions, Engine, EngineError, EngineEvent, lock, nvidia_sriov, OperationContext, PciAddress, VirtualFunction};
-use crate::lifecycle;
+use super::{
+    lock, nvidia_sriov, DestroyOptions, Engine, EngineError, EngineEvent, OperationContext,
+    PciAddress, VirtualFunction,
+};
 use crate::discovery::{self, layout};
 use crate::host::HostFs;
+use crate::lifecycle;
 
 /// Why a function is no SR-IOV PF, with its GPU reasons when it is a GPU.
 fn not_sriov_reason(host: &dyn HostFs, address: PciAddress) -> String {

@@ -1,7 +1,10 @@
 //! Starting defined instances: creating the device of a known record again (same UUID, type and
 //! attributes), waiting for its parent within the operation's deadline.
 
-use super::{Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind, lock, missing_vf, OperationContext, PciAddress};
+use super::{
+    lock, missing_vf, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind,
+    OperationContext, PciAddress,
+};
 use crate::discovery::{layout, names};
 use crate::state::InstanceRecord;
 

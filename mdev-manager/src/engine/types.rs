@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Claim, InstanceKind, nvidia_sriov, nvidia_telemetry, Owner, PciAddress, Scheduling};
+use super::{nvidia_sriov, nvidia_telemetry, Claim, InstanceKind, Owner, PciAddress, Scheduling};
 use crate::discovery::layout;
 
 /// Engine settings. [`EngineConfig::default`] gives the product's defaults.

@@ -72,7 +72,11 @@ fn readiness_waits_for_a_parent_then_times_out_naming_it() {
     assert!(error.to_string().contains("nosuchparent"));
     let error = s
         .engine
-        .wait_for_parent(&OperationContext::new(), "0000:99:00.0", Some(Duration::from_millis(20)))
+        .wait_for_parent(
+            &OperationContext::new(),
+            "0000:99:00.0",
+            Some(Duration::from_millis(20)),
+        )
         .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::TimedOut);
 }
