@@ -177,6 +177,7 @@ impl Engine {
     }
 }
 
+/// The error for a VF-kind record that names no VF (a damaged state file).
 fn missing_vf(record: &InstanceRecord) -> EngineError {
     EngineError::InvalidArgument {
         what: "instance record",
@@ -185,6 +186,7 @@ fn missing_vf(record: &InstanceRecord) -> EngineError {
     }
 }
 
+/// The error for touching an instance `claim` holds (names the instance and the domain).
 pub(crate) fn claimed(uuid: &str, claim: &Claim) -> EngineError {
     EngineError::Claimed {
         uuid: uuid.to_owned(),

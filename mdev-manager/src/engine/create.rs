@@ -26,6 +26,7 @@ impl Drop for Reservation<'_> {
     }
 }
 
+/// Refuses a weight outside 1..=10000 (shares are checked by the scheduler).
 pub(super) fn check_scheduling(scheduling: &Scheduling) -> Result<(), EngineError> {
     if let Some(weight) = scheduling.weight {
         if !(1..=10_000).contains(&weight) {
@@ -39,6 +40,7 @@ pub(super) fn check_scheduling(scheduling: &Scheduling) -> Result<(), EngineErro
     Ok(())
 }
 
+/// A create target as error messages name it.
 pub(super) fn describe_target(target: &CreateTarget) -> String {
     match target {
         CreateTarget::Mdev { parent, type_id } => format!("mdev type {type_id} on {parent}"),

@@ -205,6 +205,7 @@ pub enum EngineError {
     Apply(#[from] apply::ApplyError),
 }
 
+/// The ", rolled back" or "; rollback incomplete: ..." tail of a batch error.
 pub(super) fn rollback_note(failures: &[String]) -> String {
     if failures.is_empty() {
         ", rolled back".to_owned()

@@ -19,6 +19,7 @@ fn mdev_sysfs_path(record: &InstanceRecord) -> PathBuf {
         .unwrap_or_else(|_| Path::new(layout::MDEV_DEVICES).to_owned())
 }
 
+/// An mdev on the host the engine has no record of (`owner: None`).
 fn unmanaged_info(mdev: &MdevDevice) -> InstanceInfo {
     InstanceInfo {
         uuid: mdev.uuid.clone(),
