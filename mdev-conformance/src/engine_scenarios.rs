@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{
+use mdev_engine::{
     CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef, Engine, EngineConfig,
     ErrorKind, ReconcileAction,
 };
-use crate::conformance::DeviceHolder;
-use crate::discovery::{self, layout};
-use crate::host::HostFs;
-use crate::state::StateFiles;
+use crate::DeviceHolder;
+use mdev_host::discovery::{self, layout};
+use mdev_host::HostFs;
+use mdev_engine::state::StateFiles;
 
 /// How one scenario ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -490,7 +490,7 @@ fn sriov_vf(context: &Context<'_>, engine: &Engine) -> Result<Option<String>, St
         )));
     }
     if !context.host.exists(&layout::pci_driver_file(
-        crate::lifecycle::VFIO_PCI,
+        mdev_engine::lifecycle::VFIO_PCI,
         "unbind",
     )) {
         return Ok(Some("vfio-pci is not loaded".into()));

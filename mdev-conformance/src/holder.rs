@@ -5,8 +5,8 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::host::HostFs;
-use crate::sim::{SimHolder, SimHost};
+use mdev_host::HostFs;
+use mdev_sim::{SimHolder, SimHost};
 
 /// Something that holds a VFIO device open the way a VMM does, until dropped.
 pub trait HeldDevice: Send + std::fmt::Debug {}
@@ -69,7 +69,7 @@ const VFIO_TYPE1V2_IOMMU: libc::c_ulong = 3;
 impl DeviceHolder for VfioDeviceHolder {
     fn hold(&self, device: &Path) -> io::Result<Box<dyn HeldDevice>> {
         use std::os::fd::{AsRawFd, FromRawFd};
-        let fs = crate::host::RealFs::new(&self.root);
+        let fs = mdev_host::RealFs::new(&self.root);
         let group_link = fs.read_link(&device.join("iommu_group"))?;
         let group = group_link
             .file_name()

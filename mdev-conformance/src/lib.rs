@@ -10,6 +10,7 @@
 //! as `skipped`, never guessed. They only touch instances with UUIDs of their own
 //! (`cf000000-0000-4000-8000-…`) and the VFs they enable.
 
+pub mod engine_scenarios;
 mod holder;
 mod scenarios;
 
@@ -24,8 +25,8 @@ use serde::{Deserialize, Serialize};
 
 pub use holder::{DeviceHolder, HeldDevice, SimDeviceHolder, VfioDeviceHolder, VfioHeld};
 
-use crate::host::HostFs;
-use crate::sim::{errno_name, SimHost};
+use mdev_host::HostFs;
+use mdev_sim::{errno_name, SimHost};
 use scenarios::SCENARIOS;
 
 /// The outcome of one step.

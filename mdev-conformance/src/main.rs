@@ -2,7 +2,7 @@
 //! simulated host (`--simulate samples`) and prints the outcome of every step next to the
 //! real kernel's, as a table or as JSON (`--json`) for diffing two runs (`--diff A B`).
 //!
-//! With `--engine` it runs the engine's scenarios instead (`mdev_manager::engine::scenarios`:
+//! With `--engine` it runs the engine's scenarios instead (`mdev_conformance::engine_scenarios`:
 //! create/destroy, rollback, ownership, in-use refusal, claims, reconcile, races) on the same
 //! host, keeping the engine's state in a scratch directory (`--scratch`, default a new
 //! directory under the system temp dir, removed afterwards).
@@ -14,11 +14,11 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Parser;
 
-use mdev_manager::conformance::{self, Report, RunOptions, SimDeviceHolder, VfioDeviceHolder};
-use mdev_manager::engine::scenarios::{self, ScenarioResult, Verdict};
-use mdev_manager::engine::DiskFiles;
-use mdev_manager::host::{HostFs, RealFs};
-use mdev_manager::sim::SimHost;
+use mdev_conformance::{self, Report, RunOptions, SimDeviceHolder, VfioDeviceHolder};
+use mdev_conformance::engine_scenarios::{self, ScenarioResult, Verdict};
+use mdev_engine::DiskFiles;
+use mdev_host::{HostFs, RealFs};
+use mdev_sim::SimHost;
 
 /// Run the mdev/SR-IOV conformance scenarios and report each step's outcome.
 #[derive(Debug, Parser)]

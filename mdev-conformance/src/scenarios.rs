@@ -4,7 +4,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::{test_uuid, Outcome, Runner, MDEV_BUS, MDEV_DEVICES, PCI_DEVICES};
-use crate::host::HostFs;
+use mdev_host::HostFs;
 
 pub(super) type Scenario = fn(&mut Runner);
 

@@ -55,7 +55,7 @@ fn each_oracle_outcome_is_reached() {
 fn a_broken_simulator_is_caught() {
     // Make remove fail instead of blocking: the report must flag it.
     let host = SimHost::builtin("samples").unwrap();
-    host.inject_fault(crate::sim::Fault::fail(
+    host.inject_fault(mdev_sim::Fault::fail(
         "/sys/bus/mdev/devices/cf000000-0000-4000-8000-000000000028/remove",
         libc::EBUSY,
     ));

@@ -13,10 +13,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mdev_manager::engine::{
+use mdev_engine::{
     CreateRequest, CreateTarget, DestroyOptions, DiskFiles, Engine, EngineConfig,
 };
-use mdev_manager::sim::SimHost;
+use mdev_sim::SimHost;
 
 /// 8 parents x 48 instances of the smallest type.
 const PER_PARENT: usize = 48;
@@ -88,7 +88,7 @@ fn main() -> anyhow::Result<()> {
     let recreated = report
         .actions
         .iter()
-        .filter(|a| matches!(a, mdev_manager::engine::ReconcileAction::Recreated { .. }))
+        .filter(|a| matches!(a, mdev_engine::ReconcileAction::Recreated { .. }))
         .count();
 
     let rate = |n: usize, t: Duration| n as f64 / t.as_secs_f64();

@@ -21,7 +21,7 @@ use super::{
     CreateRequest, CreateTarget, DestroyOptions, Engine, EngineError, InstanceInfo, InstanceKind,
     Owner, Scheduling,
 };
-use crate::error::ErrorKind;
+use mdev_host::error::ErrorKind;
 
 /// Instances to create for one entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use vgpu_profiles::desired::{DesiredInstances, DesiredState, DesiredVfCount};
 
 use super::*;
-use crate::engine::{Claim, DiskFiles, EngineConfig};
-use crate::sim::{Fault, SimHost};
+use crate::{Claim, DiskFiles, EngineConfig};
+use mdev_sim::{Fault, SimHost};
 
 fn running(uuid: &str, parent: &str, profile: &str) -> InstanceInfo {
     InstanceInfo {
@@ -321,11 +321,11 @@ fn apply_of_a_plan_with_refusals_changes_nothing() {
         .unwrap();
     engine
         .claim_domain(
-            &crate::engine::DomainRef {
+            &crate::DomainRef {
                 name: "vm-web".into(),
                 uuid: "aaaaaaaa-0000-4000-8000-000000000001".into(),
             },
-            &[crate::engine::DeviceRequest {
+            &[crate::DeviceRequest {
                 kind: "mdev".into(),
                 uuid: Some(created[0].uuid.clone()),
                 ..Default::default()

@@ -215,8 +215,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::engine::{CreateRequest, CreateTarget, DiskFiles, EngineConfig};
-    use crate::sim::{Fault, SimHost};
+    use crate::{CreateRequest, CreateTarget, DiskFiles, EngineConfig};
+    use mdev_sim::{Fault, SimHost};
 
     const GPU: &str = "0000:41:00.0";
     const AUDIO: &str = "0000:41:00.1";
@@ -232,7 +232,7 @@ mod tests {
     }
 
     fn driver(sim: &SimHost, address: &str) -> Option<String> {
-        crate::discovery::link_target_name(
+        mdev_host::discovery::link_target_name(
             sim,
             &std::path::Path::new("/sys/bus/pci/devices")
                 .join(address)
@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn cancelling_a_passthrough_bind_returns_the_bound_members() {
         let sim =
-            SimHost::from_topology_str(include_str!("../../topologies/passthrough.toml")).unwrap();
+            SimHost::from_topology_str(include_str!("../../mdev-sim/topologies/passthrough.toml")).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let engine = engine(&sim, dir.path());
         // The audio function is bound first; its probe write blocks until released.
@@ -319,9 +319,9 @@ mod tests {
         let error = worker.join().unwrap().unwrap_err();
         assert_eq!(error.kind(), ErrorKind::Cancelled, "{error}");
         assert!(
-            crate::daemon::error_chain(&error).contains(&format!("cancelled before binding {GPU}")),
+            vgpu_types::error_chain(&error).contains(&format!("cancelled before binding {GPU}")),
             "{}",
-            crate::daemon::error_chain(&error)
+            vgpu_types::error_chain(&error)
         );
         assert_eq!(driver(&sim, AUDIO).as_deref(), Some("snd_hda_intel"));
         assert_eq!(driver(&sim, GPU).as_deref(), Some("amdgpu"));
@@ -408,7 +408,7 @@ mod tests {
         );
         let stop = Arc::new(AtomicBool::new(false));
         let hotplug = engine.spawn_hotplug(
-            Box::new(crate::daemon::host_events::SimHostEvents::new(&sim)),
+            Box::new(mdev_sim::host_events::SimHostEvents::new(&sim)),
             Arc::clone(&stop),
         );
         sim.unload_module("mtty").unwrap();

@@ -12,7 +12,7 @@ use super::{
     DeviceRequest, DomainRef, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind,
     ReleaseReport, Scheduling,
 };
-use crate::discovery::{self, names, names::PciAddress};
+use mdev_host::discovery::{self, names, names::PciAddress};
 use crate::state::InstanceRecord;
 
 /// One thing a claim did, undone in reverse if a later device fails.

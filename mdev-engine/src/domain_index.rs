@@ -240,7 +240,7 @@ mod tests {
         use std::sync::Arc;
         let root = tempfile::tempdir().unwrap();
         let files = DiskFiles::new(root.path());
-        let config = crate::engine::EngineConfig::default();
+        let config = crate::EngineConfig::default();
         let held = state(&[claimed(
             "aaaaaaaa-0000-4000-8000-000000000001",
             Some(DOMAIN_A),
@@ -250,8 +250,8 @@ mod tests {
         let index = root.path().join("var/lib/mdev-manager/domains");
         std::fs::create_dir_all(&index).unwrap();
         std::fs::write(index.join(DOMAIN_B), "").unwrap();
-        let sim = crate::sim::SimHost::builtin("samples").unwrap();
-        crate::engine::Engine::new(Arc::new(sim), Arc::new(files), config).unwrap();
+        let sim = mdev_sim::SimHost::builtin("samples").unwrap();
+        crate::Engine::new(Arc::new(sim), Arc::new(files), config).unwrap();
         let mut names: Vec<String> = std::fs::read_dir(&index)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

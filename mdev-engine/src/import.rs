@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::discovery::names;
-use crate::engine::{
+use mdev_host::discovery::names;
+use crate::{
     lock, Engine, EngineError, EngineEvent, ImportReport, InstanceKind, Owner, Scheduling,
 };
 use crate::state::InstanceRecord;

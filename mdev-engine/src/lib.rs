@@ -1,8 +1,10 @@
-//! The engine: the one public surface the daemon calls (see `docs/engine-api.md`).
+//! mdev-engine: the one public surface the daemon calls (see `docs/engine-api.md`).
 //!
 //! It is synchronous and `Send + Sync`: the daemon calls it from `spawn_blocking`. Operations on
 //! one parent are serialized by a per-parent lock; different parents proceed in parallel.
 //! Every change to what the manager owns is written to the state store before the call returns.
+
+#![deny(missing_docs)]
 
 pub mod apply;
 mod cancel;
@@ -12,7 +14,15 @@ pub mod nvidia_sriov;
 pub mod nvidia_telemetry;
 pub mod passthrough;
 mod profiles;
-pub mod scenarios;
+
+pub mod domain_index;
+pub mod hotplug;
+pub mod import;
+pub mod lifecycle;
+pub mod mdevctl_mirror;
+pub mod reconcile;
+pub mod schedule;
+pub mod state;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -22,19 +32,18 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 pub use self::cancel::CancelToken;
-pub use crate::discovery::names::{NameError, PciAddress};
-pub use crate::discovery::{
+pub use mdev_host::discovery::names::{NameError, PciAddress};
+pub use mdev_host::discovery::{
     Inventory, MdevDevice, MdevParent, MdevType, NvidiaVfState, SriovPf, VirtualFunction,
 };
-pub use crate::error::ErrorKind;
-pub use crate::holders::Holder;
-pub use crate::hotplug::{HostEvent, HostEventAction, HostEvents};
+pub use mdev_host::error::ErrorKind;
+pub use mdev_host::holders::Holder;
+pub use mdev_host::events::{HostEvent, HostEventAction, HostEvents};
 pub use crate::reconcile::Reconciled;
 pub use crate::state::{Claim, DiskFiles, InstanceKind, Owner, Scheduling, StateFiles};
 
-use crate::discovery::{self, layout, names};
-use crate::domain_index;
-use crate::host::HostFs;
+use mdev_host::discovery::{self, layout, names};
+use mdev_host::HostFs;
 use crate::lifecycle::{self, BoundedWriter, Host};
 use crate::state::{self, InstanceRecord, StateFile};
 
@@ -530,7 +539,7 @@ pub enum EngineError {
         detail: String,
     },
     /// Processes hold the device.
-    #[error("{what} is in use: {}", crate::holders::describe(holders))]
+    #[error("{what} is in use: {}", mdev_host::holders::describe(holders))]
     InUse {
         /// The device (`mdev <uuid>`, `VF <bdf>`).
         what: String,
@@ -612,10 +621,10 @@ pub enum EngineError {
     },
     /// Discovery failed.
     #[error(transparent)]
-    Discovery(#[from] crate::discovery::DiscoveryError),
+    Discovery(#[from] mdev_host::discovery::DiscoveryError),
     /// A vendor tool (`sriov-manage`) could not run, failed, timed out or was cancelled.
     #[error(transparent)]
-    Command(#[from] crate::host::CommandError),
+    Command(#[from] mdev_host::CommandError),
     /// A vendor tool reported success but the host does not show its effect.
     #[error("{command}: {problem}")]
     VendorTool {

@@ -12,13 +12,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crate::discovery::{self, layout, names::PciAddress};
-use crate::engine::{lock, EngineError};
-use crate::holders;
-use crate::host::HostFs;
+use mdev_host::discovery::{self, layout, names::PciAddress};
+use crate::{lock, EngineError};
+use mdev_host::holders;
+use mdev_host::HostFs;
 
-/// The driver VFs are bound to for assignment.
-pub const VFIO_PCI: &str = "vfio-pci";
+pub use mdev_host::discovery::VFIO_PCI;
 
 /// The NVIDIA host driver, whose SR-IOV VFs carry vGPUs while bound to it.
 pub const NVIDIA_DRIVER: &str = "nvidia";

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::engine::{lock, Engine, InstanceKind};
+use crate::{lock, Engine, InstanceKind};
 
 /// The list of files the mirror owns, in the state directory.
 pub const MANIFEST: &str = "mdevctl-mirror.json";

@@ -4,15 +4,15 @@
 //!
 //! Contract: on a PF with NVIDIA's vendor id bound to `nvidia`, the only VF counts are `0` and
 //! `sriov_totalvfs` (what `-e` makes); the tool runs through the host-command seam
-//! ([`crate::host::command`]) with the engine's vendor-command timeout and the call's cancel
+//! ([`mdev_host::command`]) with the engine's vendor-command timeout and the call's cancel
 //! token; a missing tool is refused naming it and the package that ships it; afterwards the
 //! count is read back, so a tool that exits 0 without doing it is an error too.
 
 use std::path::Path;
 
 use super::{Engine, EngineError};
-use crate::discovery::{self, names::PciAddress, SriovPf};
-use crate::host::command::{run_checked, CommandOutput, RunLimits};
+use mdev_host::discovery::{self, names::PciAddress, SriovPf};
+use mdev_host::command::{run_checked, CommandOutput, RunLimits};
 use crate::lifecycle::NVIDIA_DRIVER;
 
 /// NVIDIA's PCI vendor id.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::sim::{Fault, SimEvent, SimHost, UeventAction};
+use mdev_sim::{Fault, SimEvent, SimHost, UeventAction};
 
 const H200: &str = "0000:4b:00.0";
 const NVME: &str = "0000:01:00.0";

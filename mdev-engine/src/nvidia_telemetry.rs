@@ -3,7 +3,7 @@
 //!
 //! Contract: read on demand, never polled. [`Engine::vgpu_telemetry`] runs
 //! [`super::EngineConfig::nvidia_smi`] `vgpu -q` through the host-command seam
-//! ([`crate::host::command`]) with the vendor-command timeout and the call's cancel token,
+//! ([`mdev_host::command`]) with the vendor-command timeout and the call's cancel token,
 //! parses it (`vgpu_profiles::vendor::parse_vgpu_query`) and keeps the answer for
 //! [`TELEMETRY_MAX_AGE`], so a burst of callers (a UI refreshing, an exporter scraping) costs
 //! one run; callers during a run wait for it instead of starting another. Any engine event
@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use vgpu_profiles::vendor::{parse_vgpu_query, VgpuQueryGpu};
 
 use super::{lock, Engine, EngineError, InstanceInfo};
-use crate::host::command::{command_line, run_checked, RunLimits};
+use mdev_host::command::{command_line, run_checked, RunLimits};
 
 /// Where NVIDIA's driver packages install `nvidia-smi` (the default of
 /// [`super::EngineConfig::nvidia_smi`]).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::nvidia_telemetry::{match_records, VgpuTelemetry, NVIDIA_SMI_PATH};
 use super::*;
-use crate::sim::SimHost;
+use mdev_sim::SimHost;
 
 const T4: &str = "0000:3b:00.0";
 const H200: &str = "0000:4b:00.0";

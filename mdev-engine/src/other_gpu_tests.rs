@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::sim::SimHost;
+use mdev_sim::SimHost;
 
 const GPU: &str = "0000:00:06.0";
 const WHY: &str = "nvidia driver without vGPU support loaded (no mdev types, no SR-IOV VFs); \

@@ -19,7 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{lock, Engine, EngineError, InstanceKind};
-use crate::discovery::{self, layout, names::PciAddress, PciFunction};
+use mdev_host::discovery::{self, layout, names::PciAddress, PciFunction};
 use crate::lifecycle::VFIO_PCI;
 use crate::state::InstanceRecord;
 

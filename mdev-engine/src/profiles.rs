@@ -9,9 +9,9 @@ use vgpu_profiles::vendor::{Isolation, OfferedType, PciIdentity, TypeSource};
 use vgpu_profiles::Catalog;
 
 use super::{CreateTarget, EngineError, Inventory, ProfileSummary};
-use crate::discovery::gpus::OtherGpu;
-use crate::discovery::names::PciAddress;
-use crate::discovery::{PciFunction, SriovPf};
+use mdev_host::discovery::gpus::OtherGpu;
+use mdev_host::discovery::names::PciAddress;
+use mdev_host::discovery::{PciFunction, SriovPf};
 use crate::state::StateFiles;
 
 /// The loaded profiles.
@@ -324,7 +324,7 @@ fn sriov_parent_state(
     only_vf: Option<PciAddress>,
 ) -> Option<ParentState> {
     let address = pf.function.address.to_string();
-    let is_free = |vf: &&crate::discovery::VirtualFunction| {
+    let is_free = |vf: &&mdev_host::discovery::VirtualFunction| {
         !taken_vfs.contains(&vf.function.address)
             && vf.function.driver.as_deref() != Some(crate::lifecycle::VFIO_PCI)
             && vf.nvidia.as_ref().is_none_or(|nv| nv.current_type == 0)

@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use super::*;
-use crate::sim::{Fault, SimHost};
+use mdev_sim::{Fault, SimHost};
 
 const MTTY: &str = "mtty";
 const MTTY_TYPE: &str = "mtty-2";

@@ -7,8 +7,8 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use crate::discovery::{self, names, names::PciAddress, Inventory};
-use crate::engine::{
+use mdev_host::discovery::{self, names, names::PciAddress, Inventory};
+use crate::{
     lock, DestroyOptions, DomainRef, Engine, EngineError, EngineEvent, ReconcileAction,
     ReconcileReport,
 };
@@ -223,11 +223,11 @@ impl Engine {
     }
 
     /// Gives `pf` its recorded VF count again (VFs are gone after a reboot or a driver
-    /// reload; on an NVIDIA GPU through `sriov-manage`, see [`crate::engine::nvidia_sriov`]).
+    /// reload; on an NVIDIA GPU through `sriov-manage`, see [`crate::nvidia_sriov`]).
     /// `Ok(false)` when it already has it.
     pub(crate) fn restore_vf_count(&self, pf: &str, num_vfs: u32) -> Result<bool, EngineError> {
         let address: PciAddress = pf.parse()?;
-        self.wait_for_path(pf, &crate::discovery::layout::pci_device(&address), None)?;
+        self.wait_for_path(pf, &mdev_host::discovery::layout::pci_device(&address), None)?;
         let current = discovery::read_sriov_pf(self.fs(), address).map(|p| p.num_vfs);
         if current == Some(num_vfs) {
             return Ok(false);
@@ -397,8 +397,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::engine::{CreateRequest, CreateTarget, EngineConfig, InstanceInfo};
-    use crate::sim::SimHost;
+    use crate::{CreateRequest, CreateTarget, EngineConfig, InstanceInfo};
+    use mdev_sim::SimHost;
     use crate::state::DiskFiles;
 
     fn open(sim: &SimHost, root: &Path) -> Arc<Engine> {
@@ -471,7 +471,7 @@ mod tests {
         sim.reboot();
         // Made outside the service: listed, never managed.
         let unmanaged = "83b8f4f2-509f-382f-3c1e-e6bfe0fa10ff";
-        crate::host::HostFs::write(
+        mdev_host::HostFs::write(
             &sim,
             Path::new("/sys/class/mdev_bus/mtty/mdev_supported_types/mtty-2/create"),
             unmanaged.as_bytes(),

@@ -8,7 +8,7 @@
 //!   [`StateFiles`](crate::state::StateFiles), so under the injected root); the driver reads it
 //!   only when the module loads, and refuses changes while vGPUs exist;
 //! * AMD GIM: `/sys/kernel/debug/gim/<bdf>/asymmetric_timeslice`, one `vf,µs` write per VF
-//!   (through [`HostFs`](crate::host::HostFs));
+//!   (through [`HostFs`](mdev_host::HostFs));
 //! * Intel GVT-g: read-only, weights are fixed by type.
 //!
 //! Shares are in parts per million (ppm) in the state file and on D-Bus, `0` meaning unset.
@@ -27,8 +27,8 @@ use vgpu_sched::{
     ModelError, ParentSchedule, Plan, Policy, Refusal, Share,
 };
 
-use crate::discovery::{Inventory, MdevParent, SriovPf};
-use crate::engine::{lock, Engine, EngineError, EngineEvent, InstanceKind, Scheduling};
+use mdev_host::discovery::{Inventory, MdevParent, SriovPf};
+use crate::{lock, Engine, EngineError, EngineEvent, InstanceKind, Scheduling};
 use crate::state::InstanceRecord;
 use crate::ErrorKind;
 
@@ -333,7 +333,7 @@ impl Engine {
         min_share_ppm: u32,
         max_share_ppm: u32,
     ) -> Result<InstanceScheduleStatus, ScheduleError> {
-        let key = crate::discovery::names::parse_uuid(uuid)
+        let key = mdev_host::discovery::names::parse_uuid(uuid)
             .map_err(EngineError::from)?
             .to_string();
         // A destroy of the instance waits for this change, or this finds it gone.
@@ -420,7 +420,7 @@ impl Engine {
         parent: &str,
         change: ParentScheduleChange,
     ) -> Result<ParentScheduleStatus, ScheduleError> {
-        crate::discovery::names::check_sysfs_name("parent", parent).map_err(EngineError::from)?;
+        mdev_host::discovery::names::check_sysfs_name("parent", parent).map_err(EngineError::from)?;
         let parent_lock = self.parent_lock(parent);
         let _serialized = lock(&parent_lock);
         let inventory = self.inventory()?;
@@ -588,12 +588,12 @@ impl Engine {
         let (InstanceKind::Vf, Some(_)) = (record.kind, record.vf) else {
             return;
         };
-        let Ok(pf) = record.parent.parse::<crate::discovery::names::PciAddress>() else {
+        let Ok(pf) = record.parent.parse::<mdev_host::discovery::names::PciAddress>() else {
             return;
         };
-        let driver = crate::discovery::link_target_name(
+        let driver = mdev_host::discovery::link_target_name(
             self.fs(),
-            &crate::discovery::layout::pci_device(&pf).join("driver"),
+            &mdev_host::discovery::layout::pci_device(&pf).join("driver"),
         );
         if Backend::for_driver(driver.as_deref().unwrap_or("")) != Backend::AmdGim {
             return;
@@ -627,7 +627,7 @@ impl Engine {
     // ---- internals ----
 
     fn managed_record(&self, uuid: &str) -> Result<InstanceRecord, ScheduleError> {
-        let key = crate::discovery::names::parse_uuid(uuid)
+        let key = mdev_host::discovery::names::parse_uuid(uuid)
             .map_err(EngineError::from)?
             .to_string();
         if let Some(record) = lock(&self.state).instances.get(&key).cloned() {

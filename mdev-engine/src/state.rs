@@ -2,7 +2,7 @@
 //! schema-versioned and written atomically (temp file, fsync, rename, fsync dir).
 //!
 //! Regular files (the state, pending releases, mdevctl definitions, profiles) go through the
-//! small [`StateFiles`] trait rather than [`crate::host::HostFs`]: they are not kernel files,
+//! small [`StateFiles`] trait rather than [`mdev_host::HostFs`]: they are not kernel files,
 //! and a test can put a lossy implementation behind it to simulate power loss.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::discovery::names::PciAddress;
+use mdev_host::discovery::names::PciAddress;
 
 /// The schema version this build writes and reads.
 pub const STATE_SCHEMA_VERSION: u32 = 1;
@@ -44,7 +44,7 @@ pub enum InstanceKind {
     /// An NVIDIA SR-IOV vGPU: a VF with a type written to `nvidia/current_vgpu_type`.
     NvidiaVf,
     /// A whole GPU and the rest of its IOMMU group bound to `vfio-pci` (see
-    /// [`crate::engine::passthrough`]).
+    /// [`crate::passthrough`]).
     Passthrough,
 }
 
@@ -159,7 +159,7 @@ pub struct StateFile {
     pub parents: BTreeMap<String, ParentRecord>,
     /// Group bindings of pass-through instances, by instance UUID.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub passthrough: BTreeMap<String, crate::engine::passthrough::GroupBinding>,
+    pub passthrough: BTreeMap<String, crate::passthrough::GroupBinding>,
     /// UUIDs a batch create is making right now (saved before its first sysfs write, cleared
     /// with the batch's one save of its records). After a crash, reconcile removes whatever
     /// of them exists: the batch never reported success.
@@ -227,7 +227,7 @@ impl StateError {
 }
 
 /// Regular-file operations under the host root (state, pending releases, mdevctl definitions,
-/// profiles). Paths are host-absolute, like [`crate::host::HostFs`].
+/// profiles). Paths are host-absolute, like [`mdev_host::HostFs`].
 pub trait StateFiles: Send + Sync + fmt::Debug {
     /// Reads a file; `Ok(None)` when it does not exist.
     fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
@@ -240,7 +240,7 @@ pub trait StateFiles: Send + Sync + fmt::Debug {
     fn remove(&self, path: &Path) -> io::Result<()>;
 }
 
-/// [`StateFiles`] on the real file system, re-rooted under `root` like [`crate::host::RealFs`].
+/// [`StateFiles`] on the real file system, re-rooted under `root` like [`mdev_host::RealFs`].
 #[derive(Debug, Clone)]
 pub struct DiskFiles {
     root: PathBuf,
@@ -253,7 +253,7 @@ impl DiskFiles {
     }
 
     fn resolve(&self, path: &Path) -> io::Result<PathBuf> {
-        crate::host::resolve_under(&self.root, path)
+        mdev_host::resolve_under(&self.root, path)
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use super::*;
-use crate::sim::{Fault, SimHost};
+use mdev_sim::{Fault, SimHost};
 
 const UUID_A: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";
 const UUID_B: &str = "0b7f4c6e-1a2b-4c3d-8e9f-001122334455";
@@ -1107,18 +1107,18 @@ fn state_survives_restart_and_bad_state_files_are_refused() {
 }
 
 /// The simulated host's uevents as a [`HostEvents`] source.
-struct SimEvents(std::sync::mpsc::Receiver<crate::sim::SimEvent>);
+struct SimEvents(std::sync::mpsc::Receiver<mdev_sim::SimEvent>);
 
 impl HostEvents for SimEvents {
     fn next_event(&mut self, timeout: Duration) -> Option<HostEvent> {
         let event = self.0.recv_timeout(timeout).ok()?;
         Some(HostEvent {
             action: match event.action {
-                crate::sim::UeventAction::Add => HostEventAction::Add,
-                crate::sim::UeventAction::Remove => HostEventAction::Remove,
-                crate::sim::UeventAction::Change => HostEventAction::Change,
-                crate::sim::UeventAction::Bind => HostEventAction::Bind,
-                crate::sim::UeventAction::Unbind => HostEventAction::Unbind,
+                mdev_sim::UeventAction::Add => HostEventAction::Add,
+                mdev_sim::UeventAction::Remove => HostEventAction::Remove,
+                mdev_sim::UeventAction::Change => HostEventAction::Change,
+                mdev_sim::UeventAction::Bind => HostEventAction::Bind,
+                mdev_sim::UeventAction::Unbind => HostEventAction::Unbind,
             },
             subsystem: event.subsystem.clone(),
             sysname: event
@@ -1620,33 +1620,6 @@ fn reconcile_reports_instances_whose_parent_is_missing_and_hotplug_starts_them_l
     assert_eq!(live, [UUID_B, UUID_A]);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     thread.join().unwrap();
-}
-
-#[test]
-fn the_engine_scenarios_pass_on_the_simulated_vm_tier_guest() {
-    let sim = SimHost::builtin("samples").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let holder = crate::conformance::SimDeviceHolder(sim.clone());
-    let results = scenarios::run(
-        Arc::new(sim.clone()),
-        Arc::new(DiskFiles::new(dir.path())),
-        Path::new("/scenarios"),
-        &holder,
-    );
-    assert_eq!(results.len(), 9);
-    for result in &results {
-        assert_eq!(
-            result.verdict,
-            scenarios::Verdict::Passed,
-            "{}",
-            result.name
-        );
-    }
-    assert!(
-        sim.mdev_uuids().is_empty(),
-        "the scenarios leave nothing behind"
-    );
-    assert_eq!(sim.vf_count(), 0);
 }
 
 #[test]

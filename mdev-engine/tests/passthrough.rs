@@ -7,16 +7,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mdev_manager::engine::passthrough::{BindPhase, MemberRole};
-use mdev_manager::engine::{
+use mdev_engine::passthrough::{BindPhase, MemberRole};
+use mdev_engine::{
     CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DiskFiles, DomainRef, Engine,
     EngineConfig, InstanceKind, ReconcileAction,
 };
-use mdev_manager::host::HostFs;
-use mdev_manager::sim::{Fault, SimHost};
-use mdev_manager::ErrorKind;
+use mdev_host::HostFs;
+use mdev_sim::{Fault, SimHost};
+use mdev_engine::ErrorKind;
 
-const TOPOLOGY: &str = include_str!("../topologies/passthrough.toml");
+const TOPOLOGY: &str = include_str!("../../mdev-sim/topologies/passthrough.toml");
 const BRIDGE: &str = "0000:40:00.0";
 const GPU: &str = "0000:41:00.0";
 const AUDIO: &str = "0000:41:00.1";

@@ -9,7 +9,7 @@
 //! * [`RealCommands`] starts real processes, every program path re-rooted like [`super::RealFs`]
 //!   (so a test tree can hold a stand-in script);
 //! * the simulated host answers from its kernel double, modelling the tools as their vendors
-//!   document them ([`crate::sim`]).
+//!   document them (mdev-sim).
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -111,13 +111,13 @@ pub enum CommandError {
 
 impl CommandError {
     /// The error class.
-    pub fn kind(&self) -> crate::ErrorKind {
+    pub fn kind(&self) -> crate::error::ErrorKind {
         match self {
-            Self::NotInstalled { .. } => crate::ErrorKind::NotSupported,
-            Self::Spawn { source, .. } => crate::ErrorKind::from_io(source),
-            Self::TimedOut { .. } => crate::ErrorKind::TimedOut,
-            Self::Cancelled { .. } => crate::ErrorKind::Cancelled,
-            Self::Failed { .. } => crate::ErrorKind::Failed,
+            Self::NotInstalled { .. } => crate::error::ErrorKind::NotSupported,
+            Self::Spawn { source, .. } => crate::error::ErrorKind::from_io(source),
+            Self::TimedOut { .. } => crate::error::ErrorKind::TimedOut,
+            Self::Cancelled { .. } => crate::error::ErrorKind::Cancelled,
+            Self::Failed { .. } => crate::error::ErrorKind::Failed,
         }
     }
 }
@@ -379,7 +379,7 @@ mod tests {
                 && text.contains("warn"),
             "{text}"
         );
-        assert_eq!(error.kind(), crate::ErrorKind::Failed);
+        assert_eq!(error.kind(), crate::error::ErrorKind::Failed);
     }
 
     #[test]
@@ -398,7 +398,7 @@ mod tests {
             matches!(error, CommandError::NotInstalled { .. }),
             "{error}"
         );
-        assert_eq!(error.kind(), crate::ErrorKind::NotSupported);
+        assert_eq!(error.kind(), crate::error::ErrorKind::NotSupported);
         std::fs::set_permissions(
             dir.path().join("usr/lib/tool"),
             std::fs::Permissions::from_mode(0o644),
@@ -422,7 +422,7 @@ mod tests {
             CommandError::TimedOut { output, .. } => assert_eq!(output.stdout, "started\n"),
             other => panic!("{other}"),
         }
-        assert_eq!(error.kind(), crate::ErrorKind::TimedOut);
+        assert_eq!(error.kind(), crate::error::ErrorKind::TimedOut);
         assert!(error.to_string().contains("started"), "{error}");
     }
 
@@ -445,6 +445,6 @@ mod tests {
                 .unwrap_err()
         });
         assert!(matches!(error, CommandError::Cancelled { .. }), "{error}");
-        assert_eq!(error.kind(), crate::ErrorKind::Cancelled);
+        assert_eq!(error.kind(), crate::error::ErrorKind::Cancelled);
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::discovery::layout;
-use crate::host::HostFs;
+use crate::HostFs;
 
 /// One process holding a device node open.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,7 +107,7 @@ pub fn describe(holders: &[Holder]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::RealFs;
+    use crate::RealFs;
 
     #[test]
     fn finds_processes_with_the_group_node_open() {

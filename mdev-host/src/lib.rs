@@ -1,3 +1,8 @@
+//! mdev-host: what the service knows about the host, below the engine: the file-operation seam
+//! and the real backend (this module), vendor-tool commands ([`command`]), sysfs layout, names
+//! and discovery ([`discovery`]), who holds a device open ([`holders`]), kernel device events
+//! ([`events`]) and the error classes every layer answers with ([`ErrorKind`]).
+//!
 //! Host access: every path the service reads or writes under `/sys`, `/dev`, `/proc`, `/etc`
 //! and `/var/lib` goes through a [`HostFs`], addressed by its *host-absolute* path
 //! (`/sys/class/mdev_bus/...`).
@@ -5,7 +10,7 @@
 //! Two implementations sit below this seam:
 //! * [`RealFs`] maps each path onto a root directory (`/` on a real host, a temp tree in tests),
 //!   like mdevctl's `MDEVCTL_ENV_ROOT`;
-//! * the simulated host ([`crate::sim`]) answers the same file operations from a kernel double
+//! * the simulated host (mdev-sim) answers the same file operations from a kernel double
 //!   with the kernel's files, formats and errno values.
 //!
 //! Engine code above the seam is identical for both, so simulated tests exercise the code that
@@ -15,7 +20,15 @@
 //! host hands out its [`HostCommands`] ([`HostFs::commands`]), real processes for [`RealFs`],
 //! the kernel double's models of the tools for the simulated host.
 
+#![deny(missing_docs)]
+
 pub mod command;
+pub mod discovery;
+pub mod error;
+pub mod events;
+pub mod holders;
+
+pub use error::ErrorKind;
 
 pub use command::{CommandError, CommandOutput, HostCommands, RealCommands, RunLimits};
 

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::*;
-use crate::host::RealFs;
-use crate::sim::SimHost;
+use mdev_host::discovery::*;
+use mdev_host::RealFs;
+use mdev_sim::SimHost;
 
 fn golden_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -171,7 +171,7 @@ fn discovery_on_an_empty_tree_is_empty_and_on_a_temp_tree_reads_nvidia_vfs() {
 
 /// The real H200 capture (see `src/sim/fixtures/README.md`): `name=value` attributes, then
 /// the device directory's file list.
-const H200_CAPTURE: &str = include_str!("../sim/fixtures/h200-pci-0000-00-06.0.txt");
+const H200_CAPTURE: &str = include_str!("../../mdev-sim/src/fixtures/h200-pci-0000-00-06.0.txt");
 
 /// A temp tree holding the captured device: its attributes as files, its `driver` link, and
 /// an empty file for every other listed name.
@@ -246,7 +246,7 @@ fn functions_that_are_no_gpu_or_a_vf_or_a_parent_are_not_other_gpus() {
     assert_eq!(discover(&host).unwrap().other_gpus, []);
     // The pass-through host's amdgpu and nouveau cards are listed; its audio function,
     // bridge and NIC are not.
-    let text = include_str!("../../topologies/passthrough.toml");
+    let text = include_str!("../../mdev-sim/topologies/passthrough.toml");
     let host = SimHost::from_topology_str(text).unwrap();
     let gpus: Vec<(String, bool, String)> = discover(&host)
         .unwrap()

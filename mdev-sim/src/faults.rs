@@ -10,7 +10,7 @@ pub enum FaultAction {
     Fail(i32),
     /// The write sleeps this long, then proceeds normally.
     Delay(Duration),
-    /// The write waits until [`crate::sim::SimHost::release_fault`] is called, then proceeds.
+    /// The write waits until [`crate::SimHost::release_fault`] is called, then proceeds.
     Block,
 }
 

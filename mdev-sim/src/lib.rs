@@ -10,8 +10,8 @@
 //! holder processes, uevents, and fault injection.
 //!
 //! ```
-//! use mdev_manager::host::HostFs;
-//! use mdev_manager::sim::SimHost;
+//! use mdev_host::HostFs;
+//! use mdev_sim::SimHost;
 //! use std::path::Path;
 //!
 //! let host = SimHost::builtin("samples").unwrap();
@@ -44,7 +44,7 @@ pub use topology::{
     PciDeviceSpec, PciDriverSpec, SriovSpec, Topology, TopologyError,
 };
 
-use crate::host::HostFs;
+use mdev_host::HostFs;
 use tree::Node;
 use world::{Store, World};
 
@@ -482,7 +482,7 @@ impl HostFs for SimHost {
             .is_ok_and(|c| matches!(world.tree.get(&c), Some(Node::Dir(_))))
     }
 
-    fn commands(&self) -> &dyn crate::host::HostCommands {
+    fn commands(&self) -> &dyn mdev_host::HostCommands {
         self
     }
 }

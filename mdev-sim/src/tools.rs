@@ -1,5 +1,5 @@
 //! The simulated host's vendor tools, answering the host-command seam
-//! ([`crate::host::command`]) as the real tools behave.
+//! ([`mdev_host::command`]) as the real tools behave.
 //!
 //! Modelled: NVIDIA's `/usr/lib/nvidia/sriov-manage <-e|-d> <ssss:bb:dd.f|ALL>` (installed when
 //! the topology lists it in `host_tools`), as NVIDIA's vGPU guide and the shipped script
@@ -29,8 +29,8 @@ use std::io;
 use std::path::Path;
 
 use super::SimHost;
-use crate::host::command::{CommandError, CommandOutput, HostCommands, RunLimits};
-use crate::host::HostFs;
+use mdev_host::command::{CommandError, CommandOutput, HostCommands, RunLimits};
+use mdev_host::HostFs;
 
 /// Where NVIDIA's vGPU manager installs its SR-IOV tool.
 pub const SRIOV_MANAGE: &str = "/usr/lib/nvidia/sriov-manage";
@@ -82,7 +82,7 @@ impl HostCommands for SimHost {
         }
         if (limits.cancelled)() {
             return Err(CommandError::Cancelled {
-                command: crate::host::command::command_line(program, args),
+                command: mdev_host::command::command_line(program, args),
                 output: Run::default().finish(-1),
             });
         }
@@ -155,7 +155,7 @@ impl SimHost {
         } else {
             target.to_owned()
         };
-        let address: crate::discovery::names::PciAddress = full.parse().ok()?;
+        let address: mdev_host::discovery::names::PciAddress = full.parse().ok()?;
         let bdf = address.to_string();
         let vendor = self
             .read(&Path::new(PCI_DEVICES).join(&bdf).join("vendor"))

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
-use crate::host::command::{CommandError, RunLimits};
+use mdev_host::command::{CommandError, RunLimits};
 
 const H200: &str = "0000:4b:00.0";
 
@@ -12,7 +12,7 @@ fn never() -> bool {
     false
 }
 
-fn sriov_manage(host: &SimHost, args: &[&str]) -> crate::host::CommandOutput {
+fn sriov_manage(host: &SimHost, args: &[&str]) -> mdev_host::CommandOutput {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     host.commands()
         .run(

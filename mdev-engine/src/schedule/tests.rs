@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::engine::{CreateRequest, CreateTarget, DestroyOptions, DiskFiles, EngineConfig};
-use crate::host::HostFs;
-use crate::sim::SimHost;
+use crate::{CreateRequest, CreateTarget, DestroyOptions, DiskFiles, EngineConfig};
+use mdev_host::HostFs;
+use mdev_sim::SimHost;
 
 const UUID_A: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";
 const UUID_B: &str = "0b7f4c6e-1a2b-4c3d-8e9f-001122334455";

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::names::PciAddress;
 use super::{layout, link_target_name, list_sorted, read_optional, MdevParent, PciFunction};
 use super::{DiscoveryError, SriovPf};
-use crate::host::HostFs;
+use crate::HostFs;
 
 /// The PCI base class of display controllers (VGA `0x0300`, XGA `0x0301`, 3D `0x0302`,
 /// other `0x0380`): every GPU.
@@ -54,7 +54,7 @@ pub fn reasons_for(function: &PciFunction) -> Vec<String> {
     let mut reasons = Vec::new();
     match function.driver.as_deref() {
         None => reasons.push("no driver bound (no mdev types, no SR-IOV VFs)".to_owned()),
-        Some(crate::lifecycle::VFIO_PCI) => {
+        Some(crate::discovery::VFIO_PCI) => {
             reasons.push("bound to vfio-pci (passed through)".to_owned())
         }
         Some(NVIDIA_DRIVER) => reasons.push(
@@ -109,7 +109,7 @@ pub fn read_other_gpu(host: &dyn HostFs, address: PciAddress) -> Option<OtherGpu
     let reasons = reasons_for(&function);
     Some(OtherGpu {
         passthrough: function.iommu_group.is_some()
-            && function.driver.as_deref() != Some(crate::lifecycle::VFIO_PCI),
+            && function.driver.as_deref() != Some(crate::discovery::VFIO_PCI),
         function,
         reasons,
     })

@@ -15,8 +15,11 @@ use serde::{Deserialize, Serialize};
 
 use vgpu_profiles::vendor::{CreatableVgpuType, MdevTypeAttributes, MdevTypeInfo, OfferedType};
 
-use crate::host::HostFs;
+use crate::HostFs;
 use names::PciAddress;
+
+/// The driver VFs and pass-through devices are bound to for assignment.
+pub const VFIO_PCI: &str = "vfio-pci";
 
 /// Everything discovery found on a host.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -162,10 +165,10 @@ pub enum DiscoveryError {
 
 impl DiscoveryError {
     /// The error class.
-    pub fn kind(&self) -> crate::ErrorKind {
+    pub fn kind(&self) -> crate::error::ErrorKind {
         match self {
-            Self::Read { source, .. } => crate::ErrorKind::from_io(source),
-            Self::Parse { .. } => crate::ErrorKind::Failed,
+            Self::Read { source, .. } => crate::error::ErrorKind::from_io(source),
+            Self::Parse { .. } => crate::error::ErrorKind::Failed,
         }
     }
 }

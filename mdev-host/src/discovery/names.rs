@@ -42,8 +42,8 @@ pub enum NameError {
 
 impl NameError {
     /// Every name error is bad input.
-    pub fn kind(&self) -> crate::ErrorKind {
-        crate::ErrorKind::InvalidArgs
+    pub fn kind(&self) -> crate::error::ErrorKind {
+        crate::error::ErrorKind::InvalidArgs
     }
 }
 

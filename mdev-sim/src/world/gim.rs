@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use super::{Attr, World};
-use crate::sim::tree::Node;
-use crate::sim::SimHost;
+use crate::tree::Node;
+use crate::SimHost;
 
 /// The driver whose PFs get the file.
 const GIM: &str = "gim";
@@ -99,8 +99,8 @@ impl SimHost {
 mod tests {
     use std::path::Path;
 
-    use crate::host::HostFs;
-    use crate::sim::SimHost;
+    use mdev_host::HostFs;
+    use crate::SimHost;
 
     const AMD: &str = "0000:0c:00.0";
 

@@ -16,8 +16,8 @@ use dbus_api::proxy::{InstanceProxy, ManagerProxy};
 use e2e_tests::bus::TestBus;
 use mdev_manager::daemon::auth::AllowAll;
 use mdev_manager::daemon::Service;
-use mdev_manager::engine::{DiskFiles, Engine, EngineConfig};
-use mdev_manager::sim::{Fault, SimHost};
+use mdev_engine::{DiskFiles, Engine, EngineConfig};
+use mdev_sim::{Fault, SimHost};
 use zbus::{Connection, Variant};
 
 struct Setup {

@@ -128,24 +128,6 @@ mod tests {
         }
     }
 
-    /// The daemon maps each class onto the D-Bus error of the same name (the one mapping is
-    /// `From<ErrorKind> for dbus_api::ErrorKind` in `daemon`); every class has a bus kind.
-    #[test]
-    fn every_class_maps_to_the_dbus_error_of_its_name() {
-        let mut names: Vec<&str> = ErrorKind::ALL.iter().map(|kind| kind.name()).collect();
-        for kind in ErrorKind::ALL {
-            let bus = dbus_api::ErrorKind::from(kind);
-            assert_eq!(bus.short_name(), kind.name());
-            assert_eq!(
-                bus.dbus_name(),
-                format!("org.mdevmanager.VGpu1.Error.{}", kind.name())
-            );
-        }
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), ErrorKind::ALL.len(), "names are distinct");
-    }
-
     #[test]
     fn errors_without_errno_use_the_io_kind() {
         let error = io::Error::new(io::ErrorKind::TimedOut, "slow");
