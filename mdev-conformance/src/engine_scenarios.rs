@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::DeviceHolder;
+use mdev_engine::state::StateFiles;
 use mdev_engine::{
     CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef, Engine, EngineConfig,
     ErrorKind, ReconcileAction,
 };
-use crate::DeviceHolder;
 use mdev_host::discovery::{self, layout};
 use mdev_host::HostFs;
-use mdev_engine::state::StateFiles;
 
 /// How one scenario ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,7 +63,7 @@ fn ensure(condition: bool, what: impl FnOnce() -> String) -> Check {
 }
 
 fn expect_kind<T: std::fmt::Debug>(
-    result: Result<T, super::EngineError>,
+    result: Result<T, mdev_engine::EngineError>,
     kind: ErrorKind,
     step: &str,
 ) -> Result<String, String> {
@@ -77,7 +77,7 @@ fn expect_kind<T: std::fmt::Debug>(
     }
 }
 
-fn step<T>(result: Result<T, super::EngineError>, step: &str) -> Result<T, String> {
+fn step<T>(result: Result<T, mdev_engine::EngineError>, step: &str) -> Result<T, String> {
     result.map_err(|error| format!("{step}: {error} ({})", error.kind()))
 }
 

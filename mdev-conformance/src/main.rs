@@ -14,8 +14,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Parser;
 
-use mdev_conformance::{self, Report, RunOptions, SimDeviceHolder, VfioDeviceHolder};
-use mdev_conformance::engine_scenarios::{self, ScenarioResult, Verdict};
+use mdev_conformance as conformance;
+use mdev_conformance::engine_scenarios::{self as scenarios, ScenarioResult, Verdict};
+use mdev_conformance::{Report, RunOptions, SimDeviceHolder, VfioDeviceHolder};
 use mdev_engine::DiskFiles;
 use mdev_host::{HostFs, RealFs};
 use mdev_sim::SimHost;

@@ -13,9 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mdev_engine::{
-    CreateRequest, CreateTarget, DestroyOptions, DiskFiles, Engine, EngineConfig,
-};
+use mdev_engine::{CreateRequest, CreateTarget, DestroyOptions, DiskFiles, Engine, EngineConfig};
 use mdev_sim::SimHost;
 
 /// 8 parents x 48 instances of the smallest type.

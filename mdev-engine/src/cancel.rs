@@ -296,7 +296,8 @@ mod tests {
     #[test]
     fn cancelling_a_passthrough_bind_returns_the_bound_members() {
         let sim =
-            SimHost::from_topology_str(include_str!("../../mdev-sim/topologies/passthrough.toml")).unwrap();
+            SimHost::from_topology_str(include_str!("../../mdev-sim/topologies/passthrough.toml"))
+                .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let engine = engine(&sim, dir.path());
         // The audio function is bound first; its probe write blocks until released.

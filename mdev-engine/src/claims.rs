@@ -12,8 +12,8 @@ use super::{
     DeviceRequest, DomainRef, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind,
     ReleaseReport, Scheduling,
 };
-use mdev_host::discovery::{self, names, names::PciAddress};
 use crate::state::InstanceRecord;
+use mdev_host::discovery::{self, names, names::PciAddress};
 
 /// One thing a claim did, undone in reverse if a later device fails.
 enum ClaimStep {

@@ -1,19 +1,15 @@
-//! Hotplug: kernel device events (udev on a real host, the simulated host's event channel in
-//! tests) that tell the engine a parent or an instance appeared, vanished or changed.
+//! Hotplug: the engine's reaction to kernel device events (udev on a real host, the simulated
+//! host's event channel in tests; the event types and sources are in `mdev_host::events`) that
+//! tell it a parent or an instance appeared, vanished or changed.
 
-use std::collections::BTreeMap;
-use std::io;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use mdev_host::discovery::{self, layout, names, names::PciAddress};
-use crate::{lock, Engine, EngineEvent};
 use crate::lifecycle::EchoKind;
+use crate::{lock, Engine, EngineEvent};
+use mdev_host::discovery::{self, layout, names, names::PciAddress};
 pub use mdev_host::events::{HostEvent, HostEventAction, HostEvents};
 
 impl Engine {

@@ -6,11 +6,11 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use mdev_host::discovery::names;
+use crate::state::InstanceRecord;
 use crate::{
     lock, Engine, EngineError, EngineEvent, ImportReport, InstanceKind, Owner, Scheduling,
 };
-use crate::state::InstanceRecord;
+use mdev_host::discovery::names;
 
 /// One mdevctl definition file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -32,20 +32,20 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 pub use self::cancel::CancelToken;
+pub use crate::reconcile::Reconciled;
+pub use crate::state::{Claim, DiskFiles, InstanceKind, Owner, Scheduling, StateFiles};
 pub use mdev_host::discovery::names::{NameError, PciAddress};
 pub use mdev_host::discovery::{
     Inventory, MdevDevice, MdevParent, MdevType, NvidiaVfState, SriovPf, VirtualFunction,
 };
 pub use mdev_host::error::ErrorKind;
-pub use mdev_host::holders::Holder;
 pub use mdev_host::events::{HostEvent, HostEventAction, HostEvents};
-pub use crate::reconcile::Reconciled;
-pub use crate::state::{Claim, DiskFiles, InstanceKind, Owner, Scheduling, StateFiles};
+pub use mdev_host::holders::Holder;
 
+use crate::lifecycle::{BoundedWriter, Host};
+use crate::state::{InstanceRecord, StateFile};
 use mdev_host::discovery::{self, layout, names};
 use mdev_host::HostFs;
-use crate::lifecycle::{self, BoundedWriter, Host};
-use crate::state::{self, InstanceRecord, StateFile};
 
 /// Engine settings. [`EngineConfig::default`] gives the product's defaults.
 #[derive(Debug, Clone, PartialEq)]

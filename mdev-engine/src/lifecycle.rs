@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use mdev_host::discovery::{self, layout, names::PciAddress};
 use crate::{lock, EngineError};
+use mdev_host::discovery::{self, layout, names::PciAddress};
 use mdev_host::holders;
 use mdev_host::HostFs;
 

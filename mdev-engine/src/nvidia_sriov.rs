@@ -11,9 +11,9 @@
 use std::path::Path;
 
 use super::{Engine, EngineError};
-use mdev_host::discovery::{self, names::PciAddress, SriovPf};
-use mdev_host::command::{run_checked, CommandOutput, RunLimits};
 use crate::lifecycle::NVIDIA_DRIVER;
+use mdev_host::command::{run_checked, CommandOutput, RunLimits};
+use mdev_host::discovery::{self, names::PciAddress, SriovPf};
 
 /// NVIDIA's PCI vendor id.
 pub const NVIDIA_VENDOR: u16 = 0x10de;

@@ -19,9 +19,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::{lock, Engine, EngineError, InstanceKind};
-use mdev_host::discovery::{self, layout, names::PciAddress, PciFunction};
 use crate::lifecycle::VFIO_PCI;
 use crate::state::InstanceRecord;
+use mdev_host::discovery::{self, layout, names::PciAddress, PciFunction};
 
 /// PCI class code (base class and subclass) of a PCI-to-PCI bridge. The kernel lets bridges
 /// stay with their driver (`pcieport`) in a group handed to VFIO, so they are left alone.

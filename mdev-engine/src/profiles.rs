@@ -9,10 +9,10 @@ use vgpu_profiles::vendor::{Isolation, OfferedType, PciIdentity, TypeSource};
 use vgpu_profiles::Catalog;
 
 use super::{CreateTarget, EngineError, Inventory, ProfileSummary};
+use crate::state::StateFiles;
 use mdev_host::discovery::gpus::OtherGpu;
 use mdev_host::discovery::names::PciAddress;
 use mdev_host::discovery::{PciFunction, SriovPf};
-use crate::state::StateFiles;
 
 /// The loaded profiles.
 #[derive(Debug, Default)]

@@ -7,11 +7,11 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use mdev_host::discovery::{self, names, names::PciAddress, Inventory};
 use crate::{
     lock, DestroyOptions, DomainRef, Engine, EngineError, EngineEvent, ReconcileAction,
     ReconcileReport,
 };
+use mdev_host::discovery::{self, names, names::PciAddress, Inventory};
 
 /// A reconcile pass and the host as it left it.
 #[derive(Debug)]
@@ -227,7 +227,11 @@ impl Engine {
     /// `Ok(false)` when it already has it.
     pub(crate) fn restore_vf_count(&self, pf: &str, num_vfs: u32) -> Result<bool, EngineError> {
         let address: PciAddress = pf.parse()?;
-        self.wait_for_path(pf, &mdev_host::discovery::layout::pci_device(&address), None)?;
+        self.wait_for_path(
+            pf,
+            &mdev_host::discovery::layout::pci_device(&address),
+            None,
+        )?;
         let current = discovery::read_sriov_pf(self.fs(), address).map(|p| p.num_vfs);
         if current == Some(num_vfs) {
             return Ok(false);
@@ -397,9 +401,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::state::DiskFiles;
     use crate::{CreateRequest, CreateTarget, EngineConfig, InstanceInfo};
     use mdev_sim::SimHost;
-    use crate::state::DiskFiles;
 
     fn open(sim: &SimHost, root: &Path) -> Arc<Engine> {
         let config = EngineConfig {

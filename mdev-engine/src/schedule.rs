@@ -27,10 +27,10 @@ use vgpu_sched::{
     ModelError, ParentSchedule, Plan, Policy, Refusal, Share,
 };
 
-use mdev_host::discovery::{Inventory, MdevParent, SriovPf};
-use crate::{lock, Engine, EngineError, EngineEvent, InstanceKind, Scheduling};
 use crate::state::InstanceRecord;
 use crate::ErrorKind;
+use crate::{lock, Engine, EngineError, EngineEvent, InstanceKind, Scheduling};
+use mdev_host::discovery::{Inventory, MdevParent, SriovPf};
 
 /// Host path of the NVIDIA scheduler options file the service owns.
 pub const NVIDIA_MODPROBE_PATH: &str = nvidia::MODPROBE_PATH;
@@ -420,7 +420,8 @@ impl Engine {
         parent: &str,
         change: ParentScheduleChange,
     ) -> Result<ParentScheduleStatus, ScheduleError> {
-        mdev_host::discovery::names::check_sysfs_name("parent", parent).map_err(EngineError::from)?;
+        mdev_host::discovery::names::check_sysfs_name("parent", parent)
+            .map_err(EngineError::from)?;
         let parent_lock = self.parent_lock(parent);
         let _serialized = lock(&parent_lock);
         let inventory = self.inventory()?;
@@ -588,7 +589,10 @@ impl Engine {
         let (InstanceKind::Vf, Some(_)) = (record.kind, record.vf) else {
             return;
         };
-        let Ok(pf) = record.parent.parse::<mdev_host::discovery::names::PciAddress>() else {
+        let Ok(pf) = record
+            .parent
+            .parse::<mdev_host::discovery::names::PciAddress>()
+        else {
             return;
         };
         let driver = mdev_host::discovery::link_target_name(

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mdev_engine::passthrough::{BindPhase, MemberRole};
+use mdev_engine::ErrorKind;
 use mdev_engine::{
     CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DiskFiles, DomainRef, Engine,
     EngineConfig, InstanceKind, ReconcileAction,
 };
 use mdev_host::HostFs;
 use mdev_sim::{Fault, SimHost};
-use mdev_engine::ErrorKind;
 
 const TOPOLOGY: &str = include_str!("../../mdev-sim/topologies/passthrough.toml");
 const BRIDGE: &str = "0000:40:00.0";

@@ -6,13 +6,10 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-
 
 /// What happened to a device (the uevent `ACTION`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,4 +194,3 @@ impl HostEvents for UdevEvents {
         self.closed
     }
 }
-

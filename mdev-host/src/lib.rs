@@ -92,7 +92,7 @@ impl RealFs {
 /// Maps the host-absolute `path` into the tree at `root` (what [`RealFs::resolve`] and the
 /// state files' `DiskFiles` do). `..` and prefix components are refused (`InvalidInput`,
 /// naming the path) so that a name taken from input can never escape the tree.
-pub(crate) fn resolve_under(root: &Path, path: &Path) -> io::Result<PathBuf> {
+pub fn resolve_under(root: &Path, path: &Path) -> io::Result<PathBuf> {
     let mut out = root.to_path_buf();
     for component in path.components() {
         match component {

@@ -1,9 +1,11 @@
 //! Discovery on every simulated topology against golden files (`UPDATE_GOLDEN=1` rewrites
-//! them), and on a hand-made temp tree.
+//! them), and on a hand-made temp tree. An integration test: mdev-sim depends on this crate,
+//! so only a test outside the library can use both.
 
 use std::path::{Path, PathBuf};
 
 use mdev_host::discovery::*;
+use mdev_host::HostFs;
 use mdev_host::RealFs;
 use mdev_sim::SimHost;
 

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use mdev_engine::{DiskFiles, Engine, EngineConfig, PciAddress, PlacementRequest};
+use mdev_host::{HostFs, RealFs};
 use mdev_manager::daemon::auth::{Authorizer, Polkit};
 use mdev_manager::daemon::single_instance::{self, NameWatch, StateDirLock};
 use mdev_manager::daemon::Service;
-use mdev_engine::{DiskFiles, Engine, EngineConfig, PciAddress, PlacementRequest};
-use mdev_host::{HostFs, RealFs};
 use serde::Deserialize;
 
 /// Default configuration file (host path, under --root).
@@ -197,9 +197,9 @@ fn open_host(cli: &Cli) -> Result<OpenedHost> {
     match &cli.simulate {
         None => Ok((Arc::new(RealFs::new(&cli.root)), features, None)),
         Some(topology) => {
-            let host = mdev_manager::simulated::open(topology)?;
+            let (fs, host) = mdev_manager::simulated::open(topology)?;
             features.push("simulated".to_string());
-            Ok((Arc::new(host.clone()), features, Some(host)))
+            Ok((fs, features, Some(host)))
         }
     }
 }

@@ -24,6 +24,7 @@
 
 mod events;
 mod faults;
+pub mod host_events;
 mod kparse;
 mod tools;
 mod topology;

@@ -946,8 +946,7 @@ fn golden_tree_listings() {
                 None => text.push_str(&format!("{line}\n")),
             }
         }
-        let golden =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("src/golden/{name}.txt"));
+        let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("src/golden/{name}.txt"));
         if std::env::var("UPDATE_GOLDEN").as_deref() == Ok("1") {
             std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
             std::fs::write(&golden, &text).unwrap();

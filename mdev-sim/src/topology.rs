@@ -719,11 +719,11 @@ fn check_name(what: &'static str, name: &str) -> Result<(), TopologyError> {
 /// The embedded topology files.
 pub(crate) fn builtin_text(name: &str) -> Option<&'static str> {
     match name {
-        "default" => Some(include_str!("../../topologies/default.toml")),
-        "samples" => Some(include_str!("../../topologies/samples.toml")),
-        "scale" => Some(include_str!("../../topologies/scale.toml")),
-        "ampere" => Some(include_str!("../../topologies/ampere.toml")),
-        "h200-real" => Some(include_str!("../../topologies/h200-real.toml")),
+        "default" => Some(include_str!("../topologies/default.toml")),
+        "samples" => Some(include_str!("../topologies/samples.toml")),
+        "scale" => Some(include_str!("../topologies/scale.toml")),
+        "ampere" => Some(include_str!("../topologies/ampere.toml")),
+        "h200-real" => Some(include_str!("../topologies/h200-real.toml")),
         _ => None,
     }
 }

@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use mdev_engine::{DiskFiles, Engine, EngineConfig};
 use mdev_manager::daemon::auth::Polkit;
 use mdev_manager::daemon::Service;
-use mdev_engine::{DiskFiles, Engine, EngineConfig};
 use mdev_sim::SimHost;
 use zbus::Connection;
 

@@ -35,13 +35,22 @@ mod tests {
     fn the_chain_joins_every_cause_in_order_with_colons() {
         let error = Layer(
             "creating 0000:41:00.0",
-            Some(Box::new(Layer("writing create", Some(Box::new(Layer("EBUSY", None)))))),
+            Some(Box::new(Layer(
+                "writing create",
+                Some(Box::new(Layer("EBUSY", None))),
+            ))),
         );
-        assert_eq!(error_chain(&error), "creating 0000:41:00.0: writing create: EBUSY");
+        assert_eq!(
+            error_chain(&error),
+            "creating 0000:41:00.0: writing create: EBUSY"
+        );
     }
 
     #[test]
     fn an_error_without_a_source_is_its_own_message() {
-        assert_eq!(error_chain(&Layer("no such profile a100-4c", None)), "no such profile a100-4c");
+        assert_eq!(
+            error_chain(&Layer("no such profile a100-4c", None)),
+            "no such profile a100-4c"
+        );
     }
 }

@@ -5,9 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use mdev_engine::{
-    CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig, InstanceInfo,
-};
+use mdev_engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig, InstanceInfo};
 use mdev_host::HostFs;
 use mdev_sim::SimHost;
 

@@ -188,7 +188,7 @@ pub fn discover(host: &dyn HostFs) -> Result<Inventory, DiscoveryError> {
 }
 
 /// Lists a directory's entry names, sorted; a missing directory is empty.
-pub(crate) fn list_sorted(host: &dyn HostFs, dir: &Path) -> Result<Vec<String>, DiscoveryError> {
+pub fn list_sorted(host: &dyn HostFs, dir: &Path) -> Result<Vec<String>, DiscoveryError> {
     match host.list(dir) {
         Ok(names) => {
             let mut names: Vec<String> = names
@@ -207,7 +207,7 @@ pub(crate) fn list_sorted(host: &dyn HostFs, dir: &Path) -> Result<Vec<String>, 
 }
 
 /// Whether an error means "the file or device is not there".
-pub(crate) fn is_absent(error: &io::Error) -> bool {
+pub fn is_absent(error: &io::Error) -> bool {
     matches!(
         error.raw_os_error(),
         Some(libc::ENOENT | libc::ENODEV | libc::ENOTDIR)
@@ -216,7 +216,7 @@ pub(crate) fn is_absent(error: &io::Error) -> bool {
 
 /// Reads an optional attribute, trimmed of its trailing newline; `None` when absent or
 /// unreadable.
-pub(crate) fn read_optional(host: &dyn HostFs, path: &Path) -> Option<String> {
+pub fn read_optional(host: &dyn HostFs, path: &Path) -> Option<String> {
     host.read(path)
         .ok()
         .map(|text| text.trim_end_matches(['\n', '\r']).to_owned())
@@ -229,7 +229,7 @@ fn parse_hex_u16(text: &str) -> Option<u16> {
 }
 
 /// The last component of a link, if the link exists.
-pub(crate) fn link_target_name(host: &dyn HostFs, path: &Path) -> Option<String> {
+pub fn link_target_name(host: &dyn HostFs, path: &Path) -> Option<String> {
     host.read_link(path)
         .ok()
         .as_deref()
@@ -237,7 +237,7 @@ pub(crate) fn link_target_name(host: &dyn HostFs, path: &Path) -> Option<String>
 }
 
 /// The IOMMU group number behind `<device>/iommu_group`.
-pub(crate) fn iommu_group_of(host: &dyn HostFs, device_dir: &Path) -> Option<u32> {
+pub fn iommu_group_of(host: &dyn HostFs, device_dir: &Path) -> Option<u32> {
     link_target_name(host, &device_dir.join("iommu_group"))?
         .parse()
         .ok()
@@ -491,6 +491,3 @@ pub fn physfn_of(host: &dyn HostFs, vf: PciAddress) -> Option<PciAddress> {
         .parse()
         .ok()
 }
-
-#[cfg(test)]
-mod tests;

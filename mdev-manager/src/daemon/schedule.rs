@@ -15,8 +15,8 @@ use super::auth::AuthRequest;
 use super::model::Model;
 use super::options::CallOptions;
 use super::{error_chain, Service};
-use mdev_engine::Engine;
 use mdev_engine::schedule::{ParentScheduleChange, ParentScheduleStatus, ScheduleError};
+use mdev_engine::Engine;
 
 /// The scheduling properties of an Instance object.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -134,7 +134,7 @@ pub fn fill(model: &mut Model, engine: &Engine, inventory: &mdev_engine::Invento
 }
 
 fn bus_error(error: &ScheduleError) -> BusError {
-    BusError::new(error.kind().into(), error_chain(error))
+    BusError::new(super::bus_kind(error.kind()), error_chain(error))
 }
 
 async fn call<T, F>(service: &Service, f: F) -> Result<T, BusError>

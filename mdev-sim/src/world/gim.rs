@@ -99,8 +99,8 @@ impl SimHost {
 mod tests {
     use std::path::Path;
 
-    use mdev_host::HostFs;
     use crate::SimHost;
+    use mdev_host::HostFs;
 
     const AMD: &str = "0000:0c:00.0";
 

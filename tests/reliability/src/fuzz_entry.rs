@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 
-use mdev_manager::daemon::options::CallOptions;
 use mdev_host::discovery::names;
+use mdev_manager::daemon::options::CallOptions;
 use vgpu_profiles::vendor::{
     self, CreatableVgpuType, GvtDescription, MbochsDescription, MdevTypeAttributes, MdevTypeInfo,
     MdpyDescription, MigGpuInstance, MigGpuInstanceProfile, MigPlacements, MigProfileName,

@@ -26,13 +26,13 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mdev_engine::state::{DiskFiles, Scheduling};
 use mdev_engine::{
     CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef, Engine, EngineConfig,
     InstanceInfo, ReconcileAction, ReconcileReport,
 };
 use mdev_host::HostFs;
 use mdev_sim::{Fault, SimHost};
-use mdev_engine::state::{DiskFiles, Scheduling};
 use serde::{Deserialize, Serialize};
 
 use crate::remote_host::{answer, RemoteHost, Request, Response};

@@ -24,8 +24,8 @@ use dbus_api::wire::InstanceEntry;
 use e2e_tests::bus::{repo_root, service_signals};
 use e2e_tests::in_process::InProcessService;
 use futures_util::StreamExt;
-use mdev_host::discovery::{self, names::PciAddress};
 use mdev_engine::EngineConfig;
+use mdev_host::discovery::{self, names::PciAddress};
 use mdev_sim::Fault;
 use zbus::{MessageStream, OwnedObjectPath, Variant};
 

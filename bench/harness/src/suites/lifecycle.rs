@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use dbus_api::names::option;
 use dbus_api::proxy::ManagerProxy;
-use mdev_engine::{
-    CreateRequest, CreateTarget, DestroyOptions, DiskFiles, Engine, EngineConfig,
-};
+use mdev_engine::{CreateRequest, CreateTarget, DestroyOptions, DiskFiles, Engine, EngineConfig};
 use mdev_host::HostFs;
 use mdev_sim::SimHost;
 use zbus::zvariant::Variant;
