@@ -7,9 +7,9 @@ use super::{
     ErrorKind, InstanceInfo, InstanceKind, Inventory, MdevDevice, OperationContext, Owner,
     PciAddress, PlacementRequest, Scheduling,
 };
-use mdev_host::discovery::{layout, names};
 use crate::lifecycle;
 use crate::state::InstanceRecord;
+use mdev_host::discovery::{layout, names};
 
 /// How often a profile is placed again when its chosen parent filled up meanwhile.
 const PLACEMENT_ATTEMPTS: u32 = 3;

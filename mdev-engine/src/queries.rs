@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use super::{
     lock, Engine, EngineError, InstanceInfo, InstanceKind, Inventory, MdevDevice, Scheduling,
 };
-use mdev_host::discovery::{self, layout, names};
 use crate::lifecycle;
 use crate::state::InstanceRecord;
+use mdev_host::discovery::{self, layout, names};
 
 /// The sysfs device path of an mdev record (the devices directory itself when its UUID does
 /// not parse).

@@ -7,8 +7,8 @@ use super::{
     lock, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind, Owner, PciAddress,
     Scheduling,
 };
-use mdev_host::discovery::{self, layout, names};
 use crate::state::InstanceRecord;
+use mdev_host::discovery::{self, layout, names};
 
 impl Engine {
     /// Takes over an mdev the manager did not create, so it may be managed and removed.

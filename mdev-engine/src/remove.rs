@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use super::{
     claimed, lock, missing_vf, DestroyOptions, Engine, EngineError, EngineEvent, InstanceKind,
 };
-use mdev_host::discovery::{self, layout, names};
 use crate::state::InstanceRecord;
+use mdev_host::discovery::{self, layout, names};
 
 impl Engine {
     /// Destroys several instances with one state save (two when a persistent instance is among

@@ -7,9 +7,9 @@ use super::{
     lock, nvidia_sriov, DestroyOptions, Engine, EngineError, EngineEvent, OperationContext,
     PciAddress, VirtualFunction,
 };
+use crate::lifecycle;
 use mdev_host::discovery::{self, layout};
 use mdev_host::HostFs;
-use crate::lifecycle;
 
 /// Why a function is no SR-IOV PF, with its GPU reasons when it is a GPU.
 fn not_sriov_reason(host: &dyn HostFs, address: PciAddress) -> String {

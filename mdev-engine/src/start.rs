@@ -5,8 +5,8 @@ use super::{
     lock, missing_vf, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind,
     OperationContext, PciAddress,
 };
-use mdev_host::discovery::{layout, names};
 use crate::state::InstanceRecord;
+use mdev_host::discovery::{layout, names};
 
 impl Engine {
     /// Starts a defined (persistent, inactive) instance, with the default context.
