@@ -8,6 +8,7 @@ pub mod apply;
 mod cancel;
 mod claims;
 mod instance_locks;
+mod mdev_attrs;
 pub mod nvidia_sriov;
 pub mod nvidia_telemetry;
 pub mod passthrough;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 pub use self::cancel::CancelToken;
+pub use self::mdev_attrs::MdevDefinition;
 pub use crate::discovery::names::{NameError, PciAddress};
 pub use crate::discovery::{
     Inventory, MdevDevice, MdevParent, MdevType, NvidiaVfState, SriovPf, VirtualFunction,

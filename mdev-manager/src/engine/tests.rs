@@ -317,6 +317,23 @@ fn only_instances_we_created_are_removed_unless_adopted_or_forced() {
 }
 
 #[test]
+fn a_process_with_only_the_group_node_open_does_not_block_destroy() {
+    // libvirt's nodedev-destroy: it opens the group node to see that no VM uses the mdev and
+    // keeps it open while `mdevctl stop` runs; the kernel removes the device all the same.
+    let s = setup("samples");
+    let info = s
+        .engine
+        .create(mdev("mtty", "mtty-2", Some(UUID_A)))
+        .unwrap();
+    let group = info.iommu_group.expect("an mdev has its own group");
+    let opener = s.sim.open_vfio_group_node(group, "libvirtd").unwrap();
+    s.engine.destroy(UUID_A, DestroyOptions::default()).unwrap();
+    assert!(s.sim.mdev_uuids().is_empty());
+    assert!(s.sim.blocked_writes().is_empty());
+    opener.release();
+}
+
+#[test]
 fn held_devices_are_refused_with_pid_and_command_and_left_alone() {
     let s = setup("samples");
     s.engine
