@@ -5,8 +5,8 @@
 //! What the service cannot do yet is refused with [`CommandError::NotSupported`] before
 //! anything changes (docs/libvirt.md, "Node devices"): changing the type of a definition.
 //! Attributes (`attrs`) are the service's: sent with a new device or definition, changed with
-//! `Instance.SetAttributes`, listed from `Manager.ListInstanceAttributes` (for devices with a
-//! definition, as mdevctl, which knows attributes only from definitions).
+//! `Instance.SetAttributes`, listed from `Manager.ListInstanceAttributes` in `list --defined`
+//! (mdevctl shows a running device's attributes only from a callout script, so never).
 
 use crate::cli;
 use crate::definition::{Definition, DefinitionError};
@@ -213,6 +213,14 @@ pub async fn list(
         })
         .filter(|d| uuid.as_ref().is_none_or(|u| *u == d.uuid))
         .filter(|d| args.parent.as_ref().is_none_or(|p| *p == d.parent))
+        .map(|mut d| {
+            // mdevctl lists a running device's attributes only from a callout script (none
+            // here), never from its definition.
+            if listing == Listing::Active {
+                d.attrs.clear();
+            }
+            d
+        })
         .collect();
     let text = if args.dumpjson {
         format::list_json(&selected, args.uuid.is_some())

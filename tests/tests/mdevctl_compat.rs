@@ -448,12 +448,22 @@ fn attributes_are_added_deleted_and_listed_as_mdevctl_does() {
         definition_json(&bus, &uuid)["attrs"],
         serde_json::json!([{"vendor/mode": "fast"}, {"nvidia/vgpu_params": "a=1"}])
     );
-    // The running device's listing shows its definition's attributes, as mdevctl.
-    let verbose = stdout(&mdevctl(&bus, &["list", "--verbose", "-u", &uuid], ""));
+    // The definition's listing shows them; the running device's does not (mdevctl shows
+    // those only from a callout script).
+    let running = stdout(&mdevctl(&bus, &["list", "--verbose", "-u", &uuid], ""));
+    assert_eq!(
+        running,
+        format!("{uuid} {parent} {mdev_type} auto (defined)\n")
+    );
+    let verbose = stdout(&mdevctl(
+        &bus,
+        &["list", "--defined", "--verbose", "-u", &uuid],
+        "",
+    ));
     assert_eq!(
         verbose,
         format!(
-            "{uuid} {parent} {mdev_type} auto (defined)\n  Attrs:\n    @{{0}}: {{\"vendor/mode\":\"fast\"}}\n    @{{1}}: {{\"nvidia/vgpu_params\":\"a=1\"}}\n"
+            "{uuid} {parent} {mdev_type} auto (active)\n  Attrs:\n    @{{0}}: {{\"vendor/mode\":\"fast\"}}\n    @{{1}}: {{\"nvidia/vgpu_params\":\"a=1\"}}\n"
         )
     );
     // A bad index: exit 1, the list in the message, nothing changed.

@@ -149,13 +149,33 @@ fn listings_and_definition_changes_match_the_real_mdevctl_byte_for_byte() {
     let mut compare = |args: &[String], theirs: Outcome, mine: Outcome| {
         compared += 1;
         if theirs != mine {
+            // The first line that differs, with the line before it for context.
+            let first = theirs
+                .stdout
+                .lines()
+                .zip(mine.stdout.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or(
+                    theirs
+                        .stdout
+                        .lines()
+                        .count()
+                        .min(mine.stdout.lines().count()),
+                );
+            let around = |text: &str| -> String {
+                text.lines()
+                    .skip(first.saturating_sub(1))
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            };
             differences.push(format!(
-                "mdevctl {}:\n  real ({:?}): {:.400}\n  ours ({:?}): {:.400}",
+                "mdevctl {}:\n  real ({:?}), line {first}: {:.400}\n  ours ({:?}), line {first}: {:.400}",
                 args.join(" "),
                 theirs.code,
-                theirs.stdout,
+                around(&theirs.stdout),
                 mine.code,
-                mine.stdout
+                around(&mine.stdout)
             ));
         }
     };
