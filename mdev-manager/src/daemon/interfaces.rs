@@ -415,12 +415,11 @@ impl ManagerIface {
         self.service
             .metered("ListInstanceAttributes", async {
                 CallOptions::parse("ListInstanceAttributes", options, &[])?;
-                Ok(self
-                    .service
+                self.service
                     .call(|engine| {
                         Ok::<_, crate::engine::EngineError>(engine.instance_attributes())
                     })
-                    .await?)
+                    .await
             })
             .await
     }
