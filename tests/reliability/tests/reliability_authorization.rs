@@ -28,7 +28,7 @@ enum Expect {
 use Expect::{Allowed, Refused};
 
 /// method, polkit action, root, unprivileged user, member of the granted group
-const TABLE: [(&str, &str, Expect, Expect, Expect); 19] = [
+const TABLE: [(&str, &str, Expect, Expect, Expect); 20] = [
     ("Manager.Rescan", "reload", Allowed, Refused, Allowed),
     (
         "Manager.ReloadProfiles",
