@@ -66,18 +66,28 @@ fn persistence(persistent: bool) -> Options<'static> {
     Options::from([(dbus_api::names::option::PERSISTENT, persistent.into())])
 }
 
-/// The service's mdev instances as mdevctl devices.
-async fn devices(manager: &ManagerProxy<'_>) -> Result<Vec<Device>, CommandError> {
+/// The service's mdev instances as mdevctl devices; with `with_attributes`, their
+/// definitions' attributes too (one more call, which a listing of running devices, which
+/// shows none, does without).
+async fn devices(
+    manager: &ManagerProxy<'_>,
+    with_attributes: bool,
+) -> Result<Vec<Device>, CommandError> {
     let entries = manager
         .list_instances(no_options())
         .await
         .map_err(ClientError::from)?;
-    let mut attributes: std::collections::HashMap<String, Vec<(String, String)>> = manager
-        .list_instance_attributes(no_options())
-        .await
-        .map_err(ClientError::from)?
-        .into_iter()
-        .collect();
+    let mut attributes: std::collections::HashMap<String, Vec<(String, String)>> =
+        if with_attributes {
+            manager
+                .list_instance_attributes(no_options())
+                .await
+                .map_err(ClientError::from)?
+                .into_iter()
+                .collect()
+        } else {
+            Default::default()
+        };
     Ok(entries
         .into_iter()
         .filter(|entry| entry.kind == "mdev")
@@ -105,7 +115,7 @@ async fn find(
     parent: Option<&str>,
 ) -> Result<Option<Device>, CommandError> {
     let uuid = uuid.hyphenated().to_string();
-    Ok(devices(manager)
+    Ok(devices(manager, true)
         .await?
         .into_iter()
         .find(|d| d.uuid == uuid && parent.is_none_or(|p| p == d.parent)))
@@ -204,7 +214,7 @@ pub async fn list(
         Listing::Active
     };
     let uuid = args.uuid.map(|u| u.hyphenated().to_string());
-    let selected: Vec<Device> = devices(&manager)
+    let selected: Vec<Device> = devices(&manager, listing == Listing::Defined)
         .await?
         .into_iter()
         .filter(|d| match listing {
@@ -633,7 +643,7 @@ pub async fn start_parent_mdevs(
     let manager = ManagerProxy::new(connection)
         .await
         .map_err(ClientError::from)?;
-    for device in devices(&manager).await? {
+    for device in devices(&manager, false).await? {
         if device.parent != args.parent || !device.defined || !device.autostart || device.active {
             continue;
         }
