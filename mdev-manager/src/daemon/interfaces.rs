@@ -15,7 +15,7 @@ use super::auth::AuthRequest;
 use super::model::{InstanceData, ParentData, ProfileData, Shared, SriovData, TypeData};
 use super::options::CallOptions;
 use super::{JobOutcome, JobSpec, Service};
-use crate::engine::{
+use mdev_engine::{
     CancelToken, CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef,
 };
 
@@ -416,9 +416,7 @@ impl ManagerIface {
             .metered("ListInstanceAttributes", async {
                 CallOptions::parse("ListInstanceAttributes", options, &[])?;
                 self.service
-                    .call(|engine| {
-                        Ok::<_, crate::engine::EngineError>(engine.instance_attributes())
-                    })
+                    .call(|engine| Ok::<_, mdev_engine::EngineError>(engine.instance_attributes()))
                     .await
             })
             .await
@@ -833,7 +831,7 @@ impl ManagerIface {
 fn definition_only(
     method: &str,
     requests: Vec<CreateRequest>,
-) -> Result<crate::engine::MdevDefinition, BusError> {
+) -> Result<mdev_engine::MdevDefinition, BusError> {
     let mut requests = requests.into_iter();
     let (Some(request), None) = (requests.next(), requests.next()) else {
         return Err(BusError::InvalidArgs(format!(
@@ -850,7 +848,7 @@ fn definition_only(
             "{method}: option start false needs persistent or autostart (a definition of type {type_id} on {parent})"
         )));
     }
-    Ok(crate::engine::MdevDefinition {
+    Ok(mdev_engine::MdevDefinition {
         parent,
         type_id,
         uuid: request.uuid,
@@ -909,7 +907,7 @@ fn wait_for_parent(
 }
 
 /// A job's outcome listing instances: `<verb> <uuid>, <uuid>` and their paths.
-fn instances_outcome(verb: &str, instances: &[crate::engine::InstanceInfo]) -> JobOutcome {
+fn instances_outcome(verb: &str, instances: &[mdev_engine::InstanceInfo]) -> JobOutcome {
     let uuids: Vec<&str> = instances.iter().map(|info| info.uuid.as_str()).collect();
     JobOutcome {
         message: format!("{verb} {}", uuids.join(", ")),
@@ -1794,7 +1792,7 @@ impl JobIface {
 
 /// A telemetry row as the bus sends it: `N/A` as an empty string or `-1`.
 fn telemetry_entry(
-    row: crate::engine::nvidia_telemetry::VgpuTelemetry,
+    row: mdev_engine::nvidia_telemetry::VgpuTelemetry,
 ) -> dbus_api::wire::VgpuTelemetryEntry {
     let mib = |value: Option<u64>| value.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
     let percent = |value: Option<u32>| value.map_or(-1, |v| i32::try_from(v).unwrap_or(i32::MAX));
