@@ -177,7 +177,7 @@ fn a_defined_mdev_exists_only_as_a_record_until_started_with_its_attributes() {
     )];
     let defined = s
         .engine
-        .define_mdev(crate::engine::MdevDefinition {
+        .define_mdev(crate::MdevDefinition {
             parent: T4.into(),
             type_id: "nvidia-231".into(),
             uuid: Some(UUID_A.to_uppercase()),
@@ -196,14 +196,14 @@ fn a_defined_mdev_exists_only_as_a_record_until_started_with_its_attributes() {
         vec![(UUID_A.to_string(), attrs)]
     );
     // A second definition with the same UUID, an unknown type: refused, nothing changes.
-    let again = s.engine.define_mdev(crate::engine::MdevDefinition {
+    let again = s.engine.define_mdev(crate::MdevDefinition {
         parent: T4.into(),
         type_id: "nvidia-231".into(),
         uuid: Some(UUID_A.into()),
         ..Default::default()
     });
     assert_eq!(again.unwrap_err().kind(), ErrorKind::AlreadyExists);
-    let unknown = s.engine.define_mdev(crate::engine::MdevDefinition {
+    let unknown = s.engine.define_mdev(crate::MdevDefinition {
         parent: T4.into(),
         type_id: "no-such-type".into(),
         uuid: Some(UUID_B.into()),
