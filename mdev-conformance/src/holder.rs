@@ -171,7 +171,7 @@ impl DeviceHolder for VfioDeviceHolder {
     }
 
     fn open_group_node(&self, device: &Path) -> io::Result<Box<dyn HeldDevice>> {
-        let fs = crate::host::RealFs::new(&self.root);
+        let fs = mdev_host::RealFs::new(&self.root);
         let group = group_of(&fs, device)?;
         let group_file = OpenOptions::new()
             .read(true)
