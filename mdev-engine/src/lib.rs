@@ -23,6 +23,7 @@ mod create;
 mod error;
 mod events;
 mod instance_locks;
+mod mdev_attrs;
 pub mod nvidia_sriov;
 pub mod nvidia_telemetry;
 pub mod passthrough;
@@ -52,6 +53,7 @@ pub use self::cancel::CancelToken;
 pub use self::context::OperationContext;
 pub use self::error::EngineError;
 pub use self::events::{EngineEvent, EventSubscription};
+pub use self::mdev_attrs::MdevDefinition;
 pub use self::types::{
     CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef, EngineConfig,
     ImportReport, InstanceInfo, PlacementPolicy, PlacementRequest, ProfileFit, ProfileSummary,

@@ -167,9 +167,24 @@ impl ManagerIface {
     ) -> Result<Vec<OwnedObjectPath>, BusError> {
         self.service
             .metered("CreateInstances", async {
-                let (requests, _) = self
-                    .create_requests("CreateInstances", &profile, options, &header, &[])
+                let (requests, options) = self
+                    .create_requests(
+                        "CreateInstances",
+                        &profile,
+                        options,
+                        &header,
+                        &[option::START],
+                    )
                     .await?;
+                if options.boolean(option::START)? == Some(false) {
+                    let definition = definition_only("CreateInstances", requests)?;
+                    let defined = self
+                        .service
+                        .call(move |engine| engine.define_mdev(definition))
+                        .await?;
+                    self.service.refresh(connection).await;
+                    return Ok(vec![dbus_api::path::mdev_instance_path(&defined.uuid)]);
+                }
                 let created = self
                     .service
                     .call(move |engine| engine.create_batch(requests))
@@ -386,6 +401,23 @@ impl ManagerIface {
             .metered("ListInstances", async {
                 CallOptions::parse("ListInstances", options, &[])?;
                 Ok(self.service.listing().await.instances.clone())
+            })
+            .await
+    }
+
+    /// The vendor attributes of every instance that has any: (UUID, ordered `(name, value)`),
+    /// sorted by UUID (what the mdevctl-compatible command lists as `attrs`). No options yet.
+    #[zbus(out_args("attributes"))]
+    async fn list_instance_attributes(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+    ) -> Result<Vec<(String, Vec<(String, String)>)>, BusError> {
+        self.service
+            .metered("ListInstanceAttributes", async {
+                CallOptions::parse("ListInstanceAttributes", options, &[])?;
+                self.service
+                    .call(|engine| Ok::<_, mdev_engine::EngineError>(engine.instance_attributes()))
+                    .await
             })
             .await
     }
@@ -705,6 +737,7 @@ impl ManagerIface {
             option::FORCE,
             option::TYPE,
             option::PERSISTENT,
+            option::ATTRIBUTES,
         ];
         allowed.extend_from_slice(extra);
         let options = CallOptions::parse(method, options, &allowed)?;
@@ -722,6 +755,12 @@ impl ManagerIface {
         let autostart = options.boolean(option::AUTOSTART)?.unwrap_or(false);
         let weight = options.unsigned(option::WEIGHT)?;
         let persistent = options.boolean(option::PERSISTENT)?.unwrap_or(autostart);
+        let attributes = options.attributes(option::ATTRIBUTES)?.unwrap_or_default();
+        if !attributes.is_empty() && mdev_type.is_none() {
+            return Err(BusError::InvalidArgs(format!(
+                "{method}: option attributes needs option type (an mdev of that type; profile {profile:?})"
+            )));
+        }
         if autostart && !persistent {
             return Err(BusError::InvalidArgs(format!(
                 "{method}: autostart needs a definition (option persistent false)"
@@ -774,6 +813,7 @@ impl ManagerIface {
                 request.uuid = uuid.clone();
                 request.autostart = autostart;
                 request.persistent = persistent;
+                request.attributes = attributes.clone();
                 request.scheduling.weight = weight;
                 request.placement = placement;
                 request.force = force;
@@ -782,6 +822,37 @@ impl ManagerIface {
             .collect();
         Ok((requests, options))
     }
+}
+
+/// The one mdev definition a `CreateInstances` with `start false` records: option `type`
+/// (with `parent`), `persistent` or `autostart`, one instance.
+fn definition_only(
+    method: &str,
+    requests: Vec<CreateRequest>,
+) -> Result<mdev_engine::MdevDefinition, BusError> {
+    let mut requests = requests.into_iter();
+    let (Some(request), None) = (requests.next(), requests.next()) else {
+        return Err(BusError::InvalidArgs(format!(
+            "{method}: option start false defines one instance (count 1)"
+        )));
+    };
+    let CreateTarget::Mdev { parent, type_id } = request.target else {
+        return Err(BusError::InvalidArgs(format!(
+            "{method}: option start false needs options type and parent (an mdev definition)"
+        )));
+    };
+    if !request.persistent {
+        return Err(BusError::InvalidArgs(format!(
+            "{method}: option start false needs persistent or autostart (a definition of type {type_id} on {parent})"
+        )));
+    }
+    Ok(mdev_engine::MdevDefinition {
+        parent,
+        type_id,
+        uuid: request.uuid,
+        autostart: request.autostart,
+        attributes: request.attributes,
+    })
 }
 
 impl ManagerIface {
@@ -1500,6 +1571,36 @@ impl InstanceIface {
         let persistent = persistent_option.unwrap_or(autostart || self.data().persistent);
                 self.service
                     .call(move |engine| engine.set_persistence(&uuid, persistent, autostart))
+                    .await?;
+                self.service.refresh(connection).await;
+                Ok(())
+            })
+            .await
+    }
+
+    /// Replaces the ordered vendor attributes of a persistent mdev instance (mdevctl's
+    /// `modify --addattr/--delattr`). They are written the next time the device is created;
+    /// a running device is not touched. Polkit action `manage-persistent`.
+    async fn set_attributes(
+        &self,
+        attributes: Vec<(String, String)>,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        self.service
+            .metered("SetAttributes", async {
+                let options = CallOptions::parse("SetAttributes", options, &[])?;
+                let request = self.request(
+                    action::MANAGE_PERSISTENT,
+                    "set-attributes",
+                    &header,
+                    options.no_user_interaction()?,
+                );
+                self.service.authorizer.check(request).await?;
+                let uuid = self.data().uuid.clone();
+                self.service
+                    .call(move |engine| engine.set_attributes(&uuid, attributes))
                     .await?;
                 self.service.refresh(connection).await;
                 Ok(())

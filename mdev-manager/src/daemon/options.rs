@@ -79,6 +79,11 @@ impl CallOptions {
         self.typed(key, "u")
     }
 
+    /// An `a(ss)` option: ordered `(name, value)` pairs.
+    pub fn attributes(&self, key: &str) -> Result<Option<Vec<(String, String)>>, BusError> {
+        self.typed(key, "a(ss)")
+    }
+
     /// `auth.no_user_interaction`.
     pub fn no_user_interaction(&self) -> Result<bool, BusError> {
         Ok(self.boolean(option::NO_USER_INTERACTION)?.unwrap_or(false))
