@@ -443,11 +443,24 @@ pub enum EngineEvent {
         /// Parent name.
         parent: String,
     },
-    /// A parent changed (available instances, VF count, schedule).
+    /// A parent's own record changed (VF count, driver binding, scheduling policy, or the
+    /// free VFs of a PF after a VF instance came or went).
     ParentChanged {
         /// Parent name.
         parent: String,
     },
+    /// The capacity of one mdev type changed (an mdev of it was made, removed, started or
+    /// stopped): its device list and `available_instances`, and with them possibly the room
+    /// left in the parent's other types (they share the parent's resources); nothing else of
+    /// the parent.
+    TypeChanged {
+        /// Parent name.
+        parent: String,
+        /// mdev type id.
+        type_id: String,
+    },
+    /// The set of loaded profiles changed (a reload).
+    ProfilesChanged,
 }
 
 /// A subscription to [`EngineEvent`]s. Dropping it unsubscribes.
@@ -1068,7 +1081,10 @@ impl Engine {
                         self.after_vf_change(record, true);
                     }
                     self.emit(EngineEvent::InstanceRemoved { uuid: key.clone() });
-                    self.emit(EngineEvent::ParentChanged { parent });
+                    match &record {
+                        Some(record) => self.emit_capacity_change(record),
+                        None => self.emit(EngineEvent::ParentChanged { parent }),
+                    }
                 }
                 Err(error) => {
                     outcome = Err(EngineError::Batch {
@@ -1128,9 +1144,7 @@ impl Engine {
         self.emit(EngineEvent::InstanceRemoved {
             uuid: record.uuid.clone(),
         });
-        self.emit(EngineEvent::ParentChanged {
-            parent: record.parent.clone(),
-        });
+        self.emit_capacity_change(record);
         Ok(())
     }
 
@@ -1213,9 +1227,7 @@ impl Engine {
         self.emit(EngineEvent::InstanceChanged {
             uuid: started.uuid.clone(),
         });
-        self.emit(EngineEvent::ParentChanged {
-            parent: started.parent.clone(),
-        });
+        self.emit_capacity_change(&started);
         Ok(started)
     }
 
@@ -1251,8 +1263,9 @@ impl Engine {
             let _serialized = lock(&parent_lock);
             self.host.remove_mdev(&uuid)?;
             self.emit(EngineEvent::InstanceRemoved { uuid: key });
-            self.emit(EngineEvent::ParentChanged {
+            self.emit(EngineEvent::TypeChanged {
                 parent: mdev.parent,
+                type_id: mdev.type_id,
             });
             return Ok(());
         };
@@ -1280,9 +1293,7 @@ impl Engine {
         } else {
             EngineEvent::InstanceChanged { uuid: key }
         });
-        self.emit(EngineEvent::ParentChanged {
-            parent: record.parent,
-        });
+        self.emit_capacity_change(&record);
         Ok(())
     }
 
@@ -1632,6 +1643,21 @@ impl Engine {
         lock(&self.subscribers).retain(|subscriber| subscriber.send(event.clone()).is_ok());
     }
 
+    /// Announces that `record`'s device appeared on or left its parent: for an mdev the
+    /// capacity of its type ([`EngineEvent::TypeChanged`]), for the other kinds the parent
+    /// (a PF's free VFs, a GPU's binding: [`EngineEvent::ParentChanged`]).
+    pub(crate) fn emit_capacity_change(&self, record: &InstanceRecord) {
+        self.emit(match record.kind {
+            InstanceKind::Mdev => EngineEvent::TypeChanged {
+                parent: record.parent.clone(),
+                type_id: record.type_id.clone(),
+            },
+            _ => EngineEvent::ParentChanged {
+                parent: record.parent.clone(),
+            },
+        });
+    }
+
     /// How many sysfs writes are still blocked in the kernel after timing out.
     pub fn stuck_writes(&self) -> usize {
         self.host.writer.stuck()
@@ -1646,6 +1672,7 @@ impl Engine {
             .profiles
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = loaded;
+        self.emit(EngineEvent::ProfilesChanged);
         Ok(count)
     }
 
@@ -2088,9 +2115,7 @@ impl Engine {
             }
         }
         self.emit(EngineEvent::InstanceAdded { uuid: key });
-        self.emit(EngineEvent::ParentChanged {
-            parent: record.parent.clone(),
-        });
+        self.emit_capacity_change(&record);
         self.after_vf_change(&record, false);
         Ok(record)
     }

@@ -227,9 +227,7 @@ impl Engine {
                 if self.host.echoes.take(EchoKind::Bound, &event.sysname) => {}
             ("pci", HostEventAction::Unbind, _)
                 if self.host.echoes.take(EchoKind::Unbound, &event.sysname) => {}
-            ("mdev", HostEventAction::Add, _) => self.emit(EngineEvent::InstanceAdded {
-                uuid: event.sysname.clone(),
-            }),
+            ("mdev", HostEventAction::Add, _) => self.foreign_mdev_added(&event.sysname),
             ("mdev", HostEventAction::Remove, _) => self.mdev_vanished(&event.sysname),
             ("mdev", _, _) => self.emit(EngineEvent::InstanceChanged {
                 uuid: event.sysname.clone(),
@@ -270,9 +268,24 @@ impl Engine {
         } else {
             EngineEvent::InstanceChanged { uuid: key }
         });
-        self.emit(EngineEvent::ParentChanged {
-            parent: record.parent,
+        self.emit_capacity_change(&record);
+    }
+
+    /// An mdev appeared that no call of ours made: announced with the capacity of its type
+    /// (read from the device; a device already gone again is announced alone).
+    fn foreign_mdev_added(&self, sysname: &str) {
+        self.emit(EngineEvent::InstanceAdded {
+            uuid: sysname.to_owned(),
         });
+        let Ok(uuid) = names::parse_uuid(sysname) else {
+            return;
+        };
+        if let Some(mdev) = discovery::read_mdev(self.fs(), &uuid) {
+            self.emit(EngineEvent::TypeChanged {
+                parent: mdev.parent,
+                type_id: mdev.type_id,
+            });
+        }
     }
 
     fn pci_event(&self, sysname: &str, action: HostEventAction) {
