@@ -311,34 +311,39 @@ impl Engine {
         }
         match action {
             HostEventAction::Add => {
-                if self
-                    .fs()
-                    .exists(&layout::pci_device(&address).join("sriov_totalvfs"))
-                {
+                if self.is_listed_parent(address) {
                     self.emit(EngineEvent::ParentAdded {
                         parent: sysname.to_owned(),
                     });
                 }
             }
             HostEventAction::Remove => {
-                let known = lock(&self.state).parents.contains_key(sysname);
-                if known {
-                    self.emit(EngineEvent::ParentRemoved {
-                        parent: sysname.to_owned(),
-                    });
-                }
+                // Gone: whether it was a GPU or a PF can no longer be read, so every removed
+                // function is announced (a subscriber that never listed it drops nothing).
+                self.emit(EngineEvent::ParentRemoved {
+                    parent: sysname.to_owned(),
+                });
             }
             _ => {
-                if self
-                    .fs()
-                    .exists(&layout::pci_device(&address).join("sriov_totalvfs"))
-                {
+                if self.is_listed_parent(address) {
                     self.emit(EngineEvent::ParentChanged {
                         parent: sysname.to_owned(),
                     });
                 }
             }
         }
+    }
+
+    /// Whether a PCI function is listed as a parent: an SR-IOV PF, or a GPU (display class),
+    /// whose driver decides whether it can be passed through and why it hosts no vGPU.
+    fn is_listed_parent(&self, address: PciAddress) -> bool {
+        let dir = layout::pci_device(&address);
+        self.fs().exists(&dir.join("sriov_totalvfs"))
+            || discovery::read_optional(self.fs(), &dir.join("class"))
+                .and_then(|class| {
+                    u32::from_str_radix(class.trim().trim_start_matches("0x"), 16).ok()
+                })
+                .is_some_and(discovery::gpus::is_display_class)
     }
 
     /// A PF's driver bound (again): a driver reload took its VFs with it. The VF count
