@@ -265,7 +265,10 @@ impl Service {
             return;
         }
         let server = connection.object_server();
-        exported.listing = None;
+        // What the prepared listing must take over.
+        let mut listed_types: Vec<OwnedObjectPath> = Vec::new();
+        let mut listed_instances: Vec<OwnedObjectPath> = Vec::new();
+        let parents_moved = !patch.parents.is_empty();
         if let Some(profiles) = patch.profiles {
             super::remove_gone::<ProfileIface, _>(server, &mut exported.profiles, &profiles).await;
             super::add_or_update(
@@ -283,6 +286,7 @@ impl Service {
             if new.is_none() {
                 let path = path::mdev_instance_path(uuid);
                 remove_one::<InstanceIface, _>(server, &mut exported.instances, &path).await;
+                listed_instances.push(path);
             }
             if let Some(old) = old {
                 if let Some(members) = exported.instances_by_parent.get_mut(&old.parent) {
@@ -316,6 +320,7 @@ impl Service {
                 .collect();
             for path in gone {
                 remove_one::<TypeIface, _>(server, &mut exported.types, &path).await;
+                listed_types.push(path);
             }
             let parent_path = path::parent_path(name);
             if !record.sriov.contains_key(&parent_path) {
@@ -407,6 +412,7 @@ impl Service {
             .chain(patch.types);
         for data in types {
             let type_path = path::mdev_type_path(&data.parent_name, &data.id);
+            listed_types.push(type_path.clone());
             put(
                 server,
                 connection,
@@ -445,6 +451,7 @@ impl Service {
             }
         }
         for (instance_path, data) in records {
+            listed_instances.push(instance_path.clone());
             put(
                 server,
                 connection,
@@ -458,5 +465,56 @@ impl Service {
             )
             .await;
         }
+        patch_listing(exported, &listed_types, &listed_instances, parents_moved);
+    }
+}
+
+/// Brings the prepared `ListInstances`/`ListTypes` answer in line with the exported records of
+/// `types` and `instances` (an entry replaced, inserted in order or dropped), instead of
+/// building it again from every record at the next listing.
+fn patch_listing(
+    exported: &mut ExportedObjects,
+    types: &[OwnedObjectPath],
+    instances: &[OwnedObjectPath],
+    parents_moved: bool,
+) {
+    let Some(prepared) = exported.listing.as_mut() else {
+        return;
+    };
+    // A listing still being sent is left to its reader: this one is copied first.
+    let listing = Arc::make_mut(prepared);
+    fn read<D: Clone>(cell: &super::model::Shared<D>) -> D {
+        cell.read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+    for type_path in types {
+        listing.types.retain(|entry| &entry.object != type_path);
+        if let Some(cell) = exported.types.get(type_path) {
+            let entry = model::type_entry(type_path, &read(cell));
+            let at = listing
+                .types
+                .partition_point(|e| (&e.parent_name, &e.id) < (&entry.parent_name, &entry.id));
+            listing.types.insert(at, entry);
+        }
+    }
+    for instance_path in instances {
+        listing
+            .instances
+            .retain(|entry| &entry.object != instance_path);
+        if let Some(cell) = exported.instances.get(instance_path) {
+            let entry = model::instance_entry(instance_path, &read(cell));
+            let at = listing
+                .instances
+                .partition_point(|e| (&e.parent_name, &e.uuid) < (&entry.parent_name, &entry.uuid));
+            listing.instances.insert(at, entry);
+        }
+    }
+    if parents_moved {
+        listing.parents = exported
+            .parents
+            .values()
+            .map(|cell| read(cell).name)
+            .collect();
     }
 }

@@ -668,6 +668,25 @@ async fn assert_published_matches_a_full_read(fixture: &Fixture, after: &str) {
     check(&objects, &model.types, interface::MDEV_TYPE, after);
     check(&objects, &model.instances, interface::INSTANCE, after);
     check(&objects, &model.profiles, interface::PROFILE, after);
+    // The listings too (prepared by the call before, so patched since).
+    let expected = super::model::Listing::new(
+        Default::default(),
+        model
+            .types
+            .iter()
+            .map(|(path, data)| super::model::type_entry(path, data))
+            .collect(),
+        model
+            .instances
+            .iter()
+            .map(|(path, data)| super::model::instance_entry(path, data))
+            .collect(),
+    );
+    let manager = ManagerProxy::new(&fixture.client).await.expect("manager");
+    let listed = manager.list_instances(HashMap::new()).await.expect("list");
+    assert_eq!(listed, expected.instances, "ListInstances after {after}");
+    let listed = manager.list_types(HashMap::new()).await.expect("types");
+    assert_eq!(listed, expected.types, "ListTypes after {after}");
 }
 
 #[tokio::test]
