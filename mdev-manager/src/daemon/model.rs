@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use dbus_api::path;
 use zbus::{OwnedObjectPath, Variant};
 
-use crate::engine::{Engine, EngineError, InstanceInfo, Inventory, ProfileSummary};
+use mdev_engine::{Engine, EngineError, InstanceInfo, Inventory, ProfileSummary};
 
 /// A record shared between the service (which replaces it when the host changes) and the
 /// interface object serving it.
@@ -267,16 +267,16 @@ impl Model {
         let host = engine.host().as_ref();
         let mut inventory = Inventory::default();
         if let Some(parent) =
-            crate::discovery::read_mdev_parent(host, name).map_err(EngineError::Discovery)?
+            mdev_host::discovery::read_mdev_parent(host, name).map_err(EngineError::Discovery)?
         {
             inventory.mdev_parents.push(parent);
         }
-        if let Ok(address) = name.parse::<crate::discovery::names::PciAddress>() {
-            if let Some(pf) = crate::discovery::read_sriov_pf(host, address) {
+        if let Ok(address) = name.parse::<mdev_host::discovery::names::PciAddress>() {
+            if let Some(pf) = mdev_host::discovery::read_sriov_pf(host, address) {
                 inventory.sriov_pfs.push(pf);
             }
             if inventory.mdev_parents.is_empty() && inventory.sriov_pfs.is_empty() {
-                if let Some(gpu) = crate::discovery::gpus::read_other_gpu(host, address) {
+                if let Some(gpu) = mdev_host::discovery::gpus::read_other_gpu(host, address) {
                     inventory.other_gpus.push(gpu);
                 }
             }
@@ -406,7 +406,7 @@ fn fill_missing_sriov_manage(model: &mut Model, engine: &Engine, inventory: &Inv
     let tool = &engine.config().nvidia_sriov_manage;
     let mut installed = None;
     for pf in &inventory.sriov_pfs {
-        if !crate::engine::nvidia_sriov::is_nvidia_pf(pf) || pf.num_vfs > 0 {
+        if !mdev_engine::nvidia_sriov::is_nvidia_pf(pf) || pf.num_vfs > 0 {
             continue;
         }
         if !*installed.get_or_insert_with(|| engine.host().commands().installed(tool)) {
@@ -415,7 +415,7 @@ fn fill_missing_sriov_manage(model: &mut Model, engine: &Engine, inventory: &Inv
                 parent.reason = format!(
                     "{} is not installed, so no VFs and no vGPU (it ships with {})",
                     tool.display(),
-                    crate::engine::nvidia_sriov::SRIOV_MANAGE_PACKAGE
+                    mdev_engine::nvidia_sriov::SRIOV_MANAGE_PACKAGE
                 );
             }
         }
@@ -468,7 +468,7 @@ pub fn read_instance(engine: &Engine, uuid: &str) -> Option<InstanceData> {
 }
 
 /// The `TypeData` of one mdev type as discovery read it (its `Instances` from its devices).
-pub fn type_data(parent: &str, mdev_type: &crate::discovery::MdevType) -> TypeData {
+pub fn type_data(parent: &str, mdev_type: &mdev_host::discovery::MdevType) -> TypeData {
     TypeData {
         id: mdev_type.id.clone(),
         name: mdev_type.name.clone().unwrap_or_default(),
@@ -502,7 +502,7 @@ fn fill_group_members(model: &mut Model, engine: &Engine) {
 }
 
 fn instance_data(info: &InstanceInfo) -> InstanceData {
-    use crate::engine::Owner;
+    use mdev_engine::Owner;
     InstanceData {
         uuid: info.uuid.clone(),
         kind: info.kind.to_string(),

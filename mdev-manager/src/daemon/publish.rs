@@ -18,8 +18,8 @@ use zbus::{Connection, OwnedObjectPath};
 use super::interfaces::{InstanceIface, ParentIface, ProfileIface, SriovIface, TypeIface};
 use super::model::{self, InstanceData, Model, ParentData, ProfileData};
 use super::{put, remove_one, ExportedObjects, Service};
-use crate::engine::{Engine, EngineError, EngineEvent, Inventory};
-use crate::schedule::ParentScheduleStatus;
+use mdev_engine::schedule::ParentScheduleStatus;
+use mdev_engine::{Engine, EngineError, EngineEvent, Inventory};
 
 /// What the events since the last publication name.
 #[derive(Debug, Default)]
@@ -141,7 +141,7 @@ pub(super) fn read_patch(
         if !known
             || !engine
                 .host()
-                .exists(&crate::discovery::layout::mdev_type(parent, type_id))
+                .exists(&mdev_host::discovery::layout::mdev_type(parent, type_id))
         {
             parents.insert(parent.clone());
         }
@@ -176,14 +176,14 @@ pub(super) fn read_patch(
         let host = engine.host().as_ref();
         for kept in &mut mdev.types {
             if kept.id == type_id {
-                *kept = crate::discovery::read_mdev_type(host, &parent, &type_id);
+                *kept = mdev_host::discovery::read_mdev_type(host, &parent, &type_id);
             } else {
                 // The types of a parent share its resources (NVIDIA: one type per GPU at a
                 // time), so an mdev of one type may change the room left in every other;
                 // their devices are theirs alone.
-                let file = crate::discovery::layout::mdev_type(&parent, &kept.id)
+                let file = mdev_host::discovery::layout::mdev_type(&parent, &kept.id)
                     .join("available_instances");
-                let Some(available) = crate::discovery::read_optional(host, &file)
+                let Some(available) = mdev_host::discovery::read_optional(host, &file)
                     .map(|text| text.trim().parse::<u32>().unwrap_or(0))
                 else {
                     continue;

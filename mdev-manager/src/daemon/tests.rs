@@ -13,9 +13,9 @@ use zbus::{Connection, Variant};
 
 use super::auth::{AllowAll, Authorizer, DenyAll};
 use super::{introspection_xml, Service};
-use crate::engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig};
-use crate::sim::SimHost;
 use dbus_api::interface_blocks;
+use mdev_engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig};
+use mdev_sim::SimHost;
 
 struct Fixture {
     _state: tempfile::TempDir,
@@ -751,4 +751,29 @@ async fn each_reply_comes_after_its_change_is_published_as_a_full_read_would_sho
     }
     assert!(published, "{uuid} made by the engine alone was published");
     assert_published_matches_a_full_read(&fixture, "a create outside the API").await;
+}
+
+/// The daemon maps each class onto the D-Bus error of the same name (the one mapping is
+/// `daemon::bus_kind`); every class has a bus kind.
+#[test]
+fn every_class_maps_to_the_dbus_error_of_its_name() {
+    let mut names: Vec<&str> = mdev_engine::ErrorKind::ALL
+        .iter()
+        .map(|kind| kind.name())
+        .collect();
+    for kind in mdev_engine::ErrorKind::ALL {
+        let bus = crate::daemon::bus_kind(kind);
+        assert_eq!(bus.short_name(), kind.name());
+        assert_eq!(
+            bus.dbus_name(),
+            format!("org.mdevmanager.VGpu1.Error.{}", kind.name())
+        );
+    }
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(
+        names.len(),
+        mdev_engine::ErrorKind::ALL.len(),
+        "names are distinct"
+    );
 }
