@@ -15,11 +15,11 @@
 //!   has, without writing anything in sysfs (no capacity is taken until it starts). A UUID the
 //!   service knows or that exists on the host is refused, nothing changes.
 
+use super::create::Reservation;
 use super::{
-    names, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind, InstanceRecord, Owner,
-    Reservation, Scheduling,
+    Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind, InstanceRecord, Owner, Scheduling,
 };
-use mdev_host::discovery::layout;
+use mdev_host::discovery::{layout, names};
 
 /// What [`Engine::define_mdev`] records.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

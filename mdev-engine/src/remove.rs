@@ -78,7 +78,10 @@ impl Engine {
                         self.after_vf_change(record, true);
                     }
                     self.emit(EngineEvent::InstanceRemoved { uuid: key.clone() });
-                    self.emit(EngineEvent::ParentChanged { parent });
+                    match &record {
+                        Some(record) => self.emit_capacity_change(record),
+                        None => self.emit(EngineEvent::ParentChanged { parent }),
+                    }
                 }
                 Err(error) => {
                     outcome = Err(EngineError::Batch {
@@ -138,9 +141,7 @@ impl Engine {
         self.emit(EngineEvent::InstanceRemoved {
             uuid: record.uuid.clone(),
         });
-        self.emit(EngineEvent::ParentChanged {
-            parent: record.parent.clone(),
-        });
+        self.emit_capacity_change(record);
         Ok(())
     }
 
@@ -176,8 +177,9 @@ impl Engine {
             let _serialized = lock(&parent_lock);
             self.host.remove_mdev(&uuid)?;
             self.emit(EngineEvent::InstanceRemoved { uuid: key });
-            self.emit(EngineEvent::ParentChanged {
+            self.emit(EngineEvent::TypeChanged {
                 parent: mdev.parent,
+                type_id: mdev.type_id,
             });
             return Ok(());
         };
@@ -205,9 +207,7 @@ impl Engine {
         } else {
             EngineEvent::InstanceChanged { uuid: key }
         });
-        self.emit(EngineEvent::ParentChanged {
-            parent: record.parent,
-        });
+        self.emit_capacity_change(&record);
         Ok(())
     }
 

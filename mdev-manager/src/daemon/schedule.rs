@@ -88,7 +88,8 @@ impl ParentScheduleData {
     }
 }
 
-fn parent_data(status: &ParentScheduleStatus) -> ParentScheduleData {
+/// A parent's scheduling properties from its schedule status.
+pub fn parent_data(status: &ParentScheduleStatus) -> ParentScheduleData {
     ParentScheduleData {
         policy: status.schedule.policy.to_string(),
         period_us: status.schedule.period_us,
@@ -119,18 +120,27 @@ pub fn fill(model: &mut Model, engine: &Engine, inventory: &mdev_engine::Invento
             };
             // From the same read of the state as the other scheduling properties, so one
             // change is announced in one PropertiesChanged.
-            data.weight = instance.stored.weight.unwrap_or(0);
-            data.schedule = InstanceScheduleData {
-                min_share: instance.settings.min_share.map_or(0, |s| s.ppm()),
-                max_share: instance.settings.max_share.map_or(0, |s| s.ppm()),
-                requested_share: instance.requested.ppm(),
-                effective_share: instance.effective.ppm(),
-                time_slice_us: instance.time_slice_us,
-                enforced: instance.enforced,
-                note: instance.note.clone(),
-            };
+            (data.weight, data.schedule) = instance_schedule(instance);
         }
     }
+}
+
+/// An instance's `Weight` and other scheduling properties from its parent's schedule status.
+pub fn instance_schedule(
+    instance: &mdev_engine::schedule::InstanceScheduleStatus,
+) -> (u32, InstanceScheduleData) {
+    (
+        instance.stored.weight.unwrap_or(0),
+        InstanceScheduleData {
+            min_share: instance.settings.min_share.map_or(0, |s| s.ppm()),
+            max_share: instance.settings.max_share.map_or(0, |s| s.ppm()),
+            requested_share: instance.requested.ppm(),
+            effective_share: instance.effective.ppm(),
+            time_slice_us: instance.time_slice_us,
+            enforced: instance.enforced,
+            note: instance.note.clone(),
+        },
+    )
 }
 
 fn bus_error(error: &ScheduleError) -> BusError {
