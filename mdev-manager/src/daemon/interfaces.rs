@@ -1308,7 +1308,7 @@ impl InstanceIface {
 
     /// Removes the device of a persistent instance, keeping its definition. Option `force b`:
     /// also when a domain holds it. A transient instance has no definition to keep, so `Stop`
-    /// would silently be `Destroy`: the engine refuses it with `NotSupported` instead.
+    /// would silently be `Destroy`: it is refused with `NotSupported` instead.
     async fn stop(
         &self,
         options: HashMap<String, OwnedVariant>,
