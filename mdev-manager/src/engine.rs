@@ -5,6 +5,7 @@
 //! Every change to what the manager owns is written to the state store before the call returns.
 
 pub mod apply;
+mod autostart;
 mod cancel;
 mod claims;
 mod instance_locks;

@@ -1346,12 +1346,6 @@ impl InstanceIface {
         self.service
             .metered("SetAutostart", async {
                 let options: AutostartOptions = from_dict("SetAutostart", options)?;
-                if autostart && options.persistent == Some(false) {
-                    return Err(BusError::InvalidArgs(format!(
-                        "SetAutostart: instance {}: autostart needs a definition (option persistent false)",
-                        self.data().uuid
-                    )));
-                }
                 let request = self.request(
                     action::MANAGE_PERSISTENT,
                     "set-autostart",
@@ -1359,11 +1353,9 @@ impl InstanceIface {
                     options.no_user_interaction,
                 );
                 let uuid = self.data().uuid.clone();
-                let persistent = options
-                    .persistent
-                    .unwrap_or(autostart || self.data().persistent);
+                let persistent = options.persistent;
                 let action = Action::new(move |engine, _| {
-                    engine.set_persistence(&uuid, persistent, autostart).map(drop)
+                    engine.set_autostart(&uuid, autostart, persistent).map(drop)
                 })
                 .authorized_by(request);
                 self.service.perform(connection, action).await
