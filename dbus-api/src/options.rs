@@ -225,6 +225,13 @@ pub fn to_dict<T: Serialize + Type>(options: &T) -> HashMap<String, OwnedVariant
         .unwrap_or_default()
 }
 
+/// `dict` as the proxies take it (`crate::proxy::Options`), borrowing its keys and values.
+pub fn as_proxy_options(dict: &HashMap<String, OwnedVariant>) -> crate::proxy::Options<'_> {
+    dict.iter()
+        .filter_map(|(key, value)| Some((key.as_str(), zbus::Variant::try_clone(value).ok()?)))
+        .collect()
+}
+
 fn decode<T: DeserializeOwned + Type>(dict: &HashMap<String, OwnedVariant>) -> Result<T, String> {
     let ctxt = Context::new(LE, 0);
     let data = zbus::wire::to_bytes(ctxt, dict).map_err(|e| e.to_string())?;
