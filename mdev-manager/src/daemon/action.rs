@@ -55,6 +55,8 @@ enum Publish {
 /// One call, parsed: who must be allowed what, and what runs on the engine.
 pub struct Action<T> {
     checks: Vec<AuthRequest>,
+    /// For a Job: engine checks run (and answered) before the Job starts.
+    precheck: Option<Work<()>>,
     work: Work<T>,
     publish: Publish,
 }
@@ -75,6 +77,7 @@ impl<T: Send + 'static> Action<T> {
     ) -> Self {
         Self {
             checks: Vec::new(),
+            precheck: None,
             work: Box::new(move |engine, token| {
                 work(engine, token).map_err(IntoBusError::into_bus_error)
             }),
@@ -95,6 +98,18 @@ impl<T: Send + 'static> Action<T> {
         } else {
             self
         }
+    }
+
+    /// Runs `check` on the engine after authorization and before the work; as a Job, the
+    /// caller gets its refusal instead of a Job that fails (nothing has changed either way).
+    pub fn checked_first<E: IntoBusError>(
+        mut self,
+        check: impl FnOnce(&Engine) -> Result<(), E> + Send + 'static,
+    ) -> Self {
+        self.precheck = Some(Box::new(move |engine, _| {
+            check(engine).map_err(IntoBusError::into_bus_error)
+        }));
+        self
     }
 
     /// Publishes also when the work fails part-way.
@@ -120,10 +135,12 @@ impl Service {
     ) -> Result<T, BusError> {
         let Action {
             checks,
+            precheck,
             work,
             publish,
         } = action;
         self.authorize(checks).await?;
+        self.precheck(precheck).await?;
         let token = CancelToken::new();
         let result = self
             .call(move |engine| Ok(work(engine, &token)))
@@ -151,8 +168,14 @@ impl Service {
         job: JobSpec,
         outcome: impl FnOnce(T) -> JobOutcome + Send + 'static,
     ) -> Result<OwnedObjectPath, BusError> {
-        let Action { checks, work, .. } = action;
+        let Action {
+            checks,
+            precheck,
+            work,
+            ..
+        } = action;
         self.authorize(checks).await?;
+        self.precheck(precheck).await?;
         let job = JobSpec {
             started_by_uid: self.caller_uid(connection, header).await,
             ..job
@@ -169,6 +192,17 @@ impl Service {
             self.authorizer.check(request).await?;
         }
         Ok(())
+    }
+
+    /// Runs an action's engine pre-check on the blocking pool.
+    async fn precheck(&self, precheck: Option<Work<()>>) -> Result<(), BusError> {
+        let Some(check) = precheck else {
+            return Ok(());
+        };
+        let token = CancelToken::new();
+        self.call(move |engine| Ok(check(engine, &token)))
+            .await
+            .and_then(|result| result)
     }
 
     /// Brings the exported objects in line with the engine after a change: the one call of

@@ -983,12 +983,7 @@ impl SriovIface {
         self.service
             .metered("SetNumVfs", async {
                 let options: ForceOptions = from_dict("SetNumVfs", options)?;
-                let (pf, total_vfs) = (self.data().pf.clone(), self.data().total_vfs);
-                if count > total_vfs {
-                    return Err(BusError::InvalidArgs(format!(
-                        "SetNumVfs: {count} VFs requested but PF {pf} supports at most {total_vfs}"
-                    )));
-                }
+                let pf = self.data().pf.clone();
                 let request = ask(
                     action::CONFIGURE_SRIOV,
                     &header,
@@ -1004,11 +999,13 @@ impl SriovIface {
                     vec![dbus_api::path::parent_path(&pf)],
                     None,
                 );
+                let checked = pf.clone();
                 let action = Action::new({
                     let pf = pf.clone();
                     move |engine, _| engine.set_num_vfs(&pf, count, DestroyOptions { force })
                 })
-                .authorized_by(request);
+                .authorized_by(request)
+                .checked_first(move |engine| engine.check_vf_count(&checked, count));
                 self.service
                     .perform_as_job(connection, &header, action, job, move |vfs| {
                         JobOutcome::message(format!("PF {pf} now has {} VFs", vfs.len()))
