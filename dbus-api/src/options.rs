@@ -259,9 +259,8 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_invalid_args_naming_the_key_and_method() {
-        let error =
-            from_dict::<ForceOptions>("Destroy", dict(&[("forse", Variant::from(true))]))
-                .unwrap_err();
+        let error = from_dict::<ForceOptions>("Destroy", dict(&[("forse", Variant::from(true))]))
+            .unwrap_err();
         assert_eq!(error.kind(), crate::ErrorKind::InvalidArgs);
         assert!(error.message().contains("Destroy"), "{}", error.message());
         assert!(error.message().contains("forse"), "{}", error.message());
@@ -315,7 +314,10 @@ mod tests {
         assert!(sent.contains_key("type"), "{sent:?}");
         assert!(sent.contains_key("numa-strict"), "{sent:?}");
         assert!(sent.contains_key("auth.no_user_interaction"), "{sent:?}");
-        assert!(!sent.contains_key("uuid"), "unset keys are left out: {sent:?}");
+        assert!(
+            !sent.contains_key("uuid"),
+            "unset keys are left out: {sent:?}"
+        );
         assert_eq!(from_dict::<CreateOptions>("x", sent).unwrap(), options);
     }
 }

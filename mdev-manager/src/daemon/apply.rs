@@ -40,9 +40,7 @@ impl ApplyCall {
         options: HashMap<String, OwnedVariant>,
     ) -> Result<Self, BusError> {
         let options: ApplyOptions = from_dict(METHOD, options)?;
-        let file_name = options
-            .file_name
-            .unwrap_or_else(|| "<document>".to_owned());
+        let file_name = options.file_name.unwrap_or_else(|| "<document>".to_owned());
         let desired = match format {
             "toml" => desired::parse_toml(&file_name, document, config_name)
                 .map_err(|error| BusError::InvalidArgs(error.to_string()))?,

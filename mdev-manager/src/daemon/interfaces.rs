@@ -140,12 +140,13 @@ impl ManagerIface {
         self.service
             .metered("ReloadProfiles", async {
                 let options: NoOptions = from_dict("ReloadProfiles", options)?;
-                let action = Action::new(|engine, _| engine.reload_profiles().map(drop)).authorized_by(ask(
-                    action::RELOAD,
-                    &header,
-                    options.no_user_interaction,
-                    "reload-profiles",
-                ));
+                let action = Action::new(|engine, _| engine.reload_profiles().map(drop))
+                    .authorized_by(ask(
+                        action::RELOAD,
+                        &header,
+                        options.no_user_interaction,
+                        "reload-profiles",
+                    ));
                 self.service.perform(connection, action).await
             })
             .await
@@ -200,11 +201,12 @@ impl ManagerIface {
                 .detail("uuid", uuids.join(","))
                 .detail("count", uuids.len().to_string());
                 let force = options.force.unwrap_or(false);
-                let action =
-                    Action::new(move |engine, _| engine.destroy_batch(&uuids, DestroyOptions { force }))
-                        .authorized_by(request)
-                        // What was removed before a failure part-way is gone.
-                        .published_even_on_failure();
+                let action = Action::new(move |engine, _| {
+                    engine.destroy_batch(&uuids, DestroyOptions { force })
+                })
+                .authorized_by(request)
+                // What was removed before a failure part-way is gone.
+                .published_even_on_failure();
                 self.service.perform(connection, action).await
             })
             .await
@@ -481,8 +483,14 @@ impl ManagerIface {
                     name: domain_name,
                     uuid: domain_uuid,
                 };
-                let action =
-                    prepare_action("StartPrepareDomain", domain, devices, options, &header, true)?;
+                let action = prepare_action(
+                    "StartPrepareDomain",
+                    domain,
+                    devices,
+                    options,
+                    &header,
+                    true,
+                )?;
                 self.service
                     .perform_as_job(connection, &header, action, job, move |claimed| {
                         instances_outcome(&holds, &claimed)
@@ -685,9 +693,9 @@ fn create_action(
         })
         .collect();
     let action = Action::new(move |engine, token| match wait {
-        Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
-            engine.create_batch(requests.clone())
-        }),
+        Some(timeout) => {
+            engine.wait_for_parent_then(timeout, token, || engine.create_batch(requests.clone()))
+        }
         None => engine.cancellable(token, || engine.create_batch(requests)),
     })
     .authorized_by(create)
@@ -715,14 +723,15 @@ fn prepare_action(
     let wait = super::options::wait_for_parent(method, options.wait_for_parent, job)?;
     let devices = parse_devices(method, devices)?;
     let no_ui = options.no_user_interaction;
-    let assign = ask(action::ASSIGN, header, no_ui, "prepare").detail("domain", domain.name.clone());
-    let force = ask(action::FORCE, header, no_ui, "prepare-force")
-        .detail("domain", domain.name.clone());
+    let assign =
+        ask(action::ASSIGN, header, no_ui, "prepare").detail("domain", domain.name.clone());
+    let force =
+        ask(action::FORCE, header, no_ui, "prepare-force").detail("domain", domain.name.clone());
     let forced = devices.iter().any(|device| device.force);
     Ok(Action::new(move |engine, token| match wait {
-        Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
-            engine.claim_domain(&domain, &devices)
-        }),
+        Some(timeout) => {
+            engine.wait_for_parent_then(timeout, token, || engine.claim_domain(&domain, &devices))
+        }
         None => engine.cancellable(token, || engine.claim_domain(&domain, &devices)),
     })
     .authorized_by(assign)
@@ -737,8 +746,13 @@ fn release_action(
     header: &Header<'_>,
 ) -> Result<Action<crate::engine::ReleaseReport>, BusError> {
     let options: NoOptions = from_dict(method, options)?;
-    let request = ask(action::ASSIGN, header, options.no_user_interaction, "release")
-        .detail("domain", domain.name.clone());
+    let request = ask(
+        action::ASSIGN,
+        header,
+        options.no_user_interaction,
+        "release",
+    )
+    .detail("domain", domain.name.clone());
     Ok(Action::new(move |engine, _| {
         let report = engine.release_domain(&domain)?;
         for problem in &report.problems {

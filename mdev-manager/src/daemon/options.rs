@@ -60,9 +60,7 @@ pub fn wait_for_parent(
             "{method}: unknown option {} (only the Start* twin waits for a parent)",
             option::WAIT_FOR_PARENT
         ))),
-        Some(seconds @ 1..=MAX_WAIT_FOR_PARENT) => {
-            Ok(Some(Duration::from_secs(seconds.into())))
-        }
+        Some(seconds @ 1..=MAX_WAIT_FOR_PARENT) => Ok(Some(Duration::from_secs(seconds.into()))),
         Some(seconds) => Err(BusError::InvalidArgs(format!(
             "{method}: option {} is {seconds} seconds; expected 1..={MAX_WAIT_FOR_PARENT}",
             option::WAIT_FOR_PARENT
@@ -126,18 +124,33 @@ mod tests {
 
     #[test]
     fn wait_for_parent_is_a_job_option_within_bounds() {
-        assert_eq!(wait_for_parent("StartCreateInstances", None, true).unwrap(), None);
+        assert_eq!(
+            wait_for_parent("StartCreateInstances", None, true).unwrap(),
+            None
+        );
         assert_eq!(
             wait_for_parent("StartCreateInstances", Some(5), true).unwrap(),
             Some(Duration::from_secs(5))
         );
         for seconds in [0, MAX_WAIT_FOR_PARENT + 1] {
             let error = wait_for_parent("StartCreateInstances", Some(seconds), true).unwrap_err();
-            assert!(error.message().contains("wait-for-parent"), "{}", error.message());
+            assert!(
+                error.message().contains("wait-for-parent"),
+                "{}",
+                error.message()
+            );
         }
         let error = wait_for_parent("CreateInstances", Some(5), false).unwrap_err();
         assert_eq!(error.kind(), dbus_api::ErrorKind::InvalidArgs);
-        assert!(error.message().contains("CreateInstances"), "{}", error.message());
-        assert!(error.message().contains("wait-for-parent"), "{}", error.message());
+        assert!(
+            error.message().contains("CreateInstances"),
+            "{}",
+            error.message()
+        );
+        assert!(
+            error.message().contains("wait-for-parent"),
+            "{}",
+            error.message()
+        );
     }
 }

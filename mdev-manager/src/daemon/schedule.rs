@@ -212,8 +212,8 @@ pub async fn set_scheduler_policy(
     .detail("verb", "set-scheduler-policy")
     .detail("parent", parent.clone())
     .detail("policy", policy);
-    let action = Action::new(move |engine, _| engine.set_parent_policy(&parent, change))
-        .authorized_by(auth);
+    let action =
+        Action::new(move |engine, _| engine.set_parent_policy(&parent, change)).authorized_by(auth);
     service.perform(connection, action).await?;
     Ok(())
 }

@@ -634,7 +634,12 @@ async fn set_num_vfs_over_the_total_is_refused_before_a_job_and_counted() {
         .await
         .unwrap();
     let total = sriov.total_vfs().await.unwrap();
-    let error = ClientError::from(sriov.set_num_vfs(total + 1, HashMap::new()).await.unwrap_err());
+    let error = ClientError::from(
+        sriov
+            .set_num_vfs(total + 1, HashMap::new())
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
     assert!(error.to_string().contains(pf), "{error}");
     assert!(error.to_string().contains(&total.to_string()), "{error}");
@@ -667,14 +672,27 @@ async fn unknown_option_keys_are_invalid_args_naming_key_and_method() {
         .unwrap();
     let typo = || HashMap::from([("forse", Variant::from(true))]);
     let errors = [
-        ("CreateInstances", manager.create_instances("t4-2q", typo()).await.unwrap_err()),
-        ("DestroyInstances", manager.destroy_instances(&["x"], typo()).await.unwrap_err()),
+        (
+            "CreateInstances",
+            manager.create_instances("t4-2q", typo()).await.unwrap_err(),
+        ),
+        (
+            "DestroyInstances",
+            manager.destroy_instances(&["x"], typo()).await.unwrap_err(),
+        ),
         ("Rescan", manager.rescan(typo()).await.unwrap_err()),
-        ("ImportMdevctl", manager.import_mdevctl(typo()).await.unwrap_err()),
+        (
+            "ImportMdevctl",
+            manager.import_mdevctl(typo()).await.unwrap_err(),
+        ),
     ];
     for (method, error) in errors {
         let error = ClientError::from(error);
-        assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{method}: {error}");
+        assert_eq!(
+            error.kind(),
+            Some(ErrorKind::InvalidArgs),
+            "{method}: {error}"
+        );
         assert!(error.to_string().contains("forse"), "{error}");
         assert!(error.to_string().contains(method), "{error}");
     }

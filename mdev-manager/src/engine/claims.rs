@@ -311,7 +311,9 @@ impl Engine {
                 continue;
             }
             if claim.started_by_claim && !record.autostart {
-                if let Err(error) = self.stop_or_forget(&record.uuid, DestroyOptions { force: true }) {
+                if let Err(error) =
+                    self.stop_or_forget(&record.uuid, DestroyOptions { force: true })
+                {
                     report
                         .problems
                         .push(format!("stopping {} {}: {error}", record.kind, record.uuid));

@@ -65,10 +65,7 @@ mod tests {
         ] {
             assert_eq!(error.kind(), ErrorKind::InvalidArgs, "{error}");
             assert!(error.to_string().contains(PF), "{error}");
-            assert!(
-                error.to_string().contains(&total.to_string()),
-                "{error}"
-            );
+            assert!(error.to_string().contains(&total.to_string()), "{error}");
         }
         let pf = discovery::read_sriov_pf(engine.fs(), PF.parse().unwrap()).unwrap();
         assert_eq!(pf.num_vfs, 0, "nothing enabled");

@@ -35,7 +35,9 @@ fn stop_of_a_transient_instance_is_not_supported_and_keeps_it_running() {
     let engine = engine_on(&sim, dir.path());
     engine.create(mtty(false)).unwrap();
 
-    let error = engine.stop(UUID, DestroyOptions { force: true }).unwrap_err();
+    let error = engine
+        .stop(UUID, DestroyOptions { force: true })
+        .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::NotSupported, "{error}");
     let message = error.to_string();
     assert!(message.contains(UUID), "{message}");
