@@ -35,6 +35,12 @@ impl IntoBusError for EngineError {
     }
 }
 
+impl IntoBusError for BusError {
+    fn into_bus_error(self) -> BusError {
+        self
+    }
+}
+
 impl IntoBusError for ScheduleError {
     fn into_bus_error(self) -> BusError {
         BusError::new(self.kind().into(), error_chain(&self))

@@ -270,6 +270,7 @@ impl ManagerIface {
         target: String,
         options: HashMap<String, OwnedVariant>,
         #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
     ) -> Result<String, BusError> {
         self.service
             .metered("Probe", async {
@@ -286,29 +287,29 @@ impl ManagerIface {
                     "probe",
                 )
                 .detail("target", target.clone());
-                self.service.authorizer.check(request).await?;
-                let Some(root) = self.service.probe_root() else {
-                    return Err(BusError::NotSupported(
-                        "probe needs a real host: the service runs on the simulated host"
-                            .to_string(),
-                    ));
-                };
-                let probe_options = vfio_probe::ProbeOptions {
-                    sysfs_root: root.to_path_buf(),
-                    ..vfio_probe::ProbeOptions::default()
-                };
-                // The probe does ioctls and maps memory: keep it off the async workers.
-                let report =
-                    tokio::task::spawn_blocking(move || vfio_probe::probe(&parsed, &probe_options))
-                        .await
-                        .map_err(|e| {
-                            BusError::Failed(format!(
-                                "Probe of {target}: the probe task ended: {e}"
-                            ))
-                        })?;
-                serde_json::to_string(&report).map_err(|e| {
-                    BusError::Failed(format!("Probe of {target}: cannot encode the report: {e}"))
+                let root = self.service.probe_root().map(std::path::Path::to_path_buf);
+                // The probe does ioctls and maps memory: on the blocking pool like engine work.
+                let action = Action::new(move |_, _| {
+                    let Some(sysfs_root) = root else {
+                        return Err(BusError::NotSupported(
+                            "probe needs a real host: the service runs on the simulated host"
+                                .to_string(),
+                        ));
+                    };
+                    let probe_options = vfio_probe::ProbeOptions {
+                        sysfs_root,
+                        ..vfio_probe::ProbeOptions::default()
+                    };
+                    let report = vfio_probe::probe(&parsed, &probe_options);
+                    serde_json::to_string(&report).map_err(|e| {
+                        BusError::Failed(format!(
+                            "Probe of {target}: cannot encode the report: {e}"
+                        ))
+                    })
                 })
+                .authorized_by(request)
+                .changing_nothing();
+                self.service.perform(connection, action).await
             })
             .await
     }
