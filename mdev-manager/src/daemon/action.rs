@@ -16,8 +16,8 @@ use zbus::{Connection, OwnedObjectPath};
 
 use super::auth::AuthRequest;
 use super::{bus_error, error_chain, JobOutcome, JobSpec, Service};
-use crate::engine::{CancelToken, Engine, EngineError};
-use crate::schedule::ScheduleError;
+use mdev_engine::schedule::ScheduleError;
+use mdev_engine::{CancelToken, Engine, EngineError};
 
 /// The engine work of an action: the cancel token is the Job's, or one nobody cancels for a
 /// plain call.
@@ -43,7 +43,7 @@ impl IntoBusError for BusError {
 
 impl IntoBusError for ScheduleError {
     fn into_bus_error(self) -> BusError {
-        BusError::new(self.kind().into(), error_chain(&self))
+        BusError::new(super::bus_kind(self.kind()), error_chain(&self))
     }
 }
 

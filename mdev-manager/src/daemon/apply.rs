@@ -14,8 +14,8 @@ use zbus::OwnedVariant;
 use super::action::Action;
 use super::auth::AuthRequest;
 use super::JobOutcome;
-use crate::engine::apply::ApplyError;
-use crate::engine::{CancelToken, Engine, EngineError};
+use mdev_engine::apply::ApplyError;
+use mdev_engine::{CancelToken, Engine, EngineError};
 
 const METHOD: &str = "StartApply";
 

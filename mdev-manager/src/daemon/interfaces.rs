@@ -21,7 +21,7 @@ use super::action::Action;
 use super::auth::AuthRequest;
 use super::model::{InstanceData, ParentData, ProfileData, Shared, SriovData, TypeData};
 use super::{JobOutcome, JobSpec, Service};
-use crate::engine::{
+use mdev_engine::{
     CancelToken, CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef,
     InstanceInfo,
 };
@@ -745,7 +745,7 @@ fn release_action(
     domain: DomainRef,
     options: HashMap<String, OwnedVariant>,
     header: &Header<'_>,
-) -> Result<Action<crate::engine::ReleaseReport>, BusError> {
+) -> Result<Action<mdev_engine::ReleaseReport>, BusError> {
     let options: NoOptions = from_dict(method, options)?;
     let request = ask(
         action::ASSIGN,
@@ -759,7 +759,7 @@ fn release_action(
         for problem in &report.problems {
             tracing::warn!(%problem, "release left a problem");
         }
-        Ok::<_, crate::engine::EngineError>(report)
+        Ok::<_, mdev_engine::EngineError>(report)
     })
     .authorized_by(request))
 }
@@ -1581,7 +1581,7 @@ impl JobIface {
 
 /// A telemetry row as the bus sends it: `N/A` as an empty string or `-1`.
 fn telemetry_entry(
-    row: crate::engine::nvidia_telemetry::VgpuTelemetry,
+    row: mdev_engine::nvidia_telemetry::VgpuTelemetry,
 ) -> dbus_api::wire::VgpuTelemetryEntry {
     let mib = |value: Option<u64>| value.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
     let percent = |value: Option<u32>| value.map_or(-1, |v| i32::try_from(v).unwrap_or(i32::MAX));

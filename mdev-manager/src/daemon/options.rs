@@ -7,7 +7,7 @@ use std::time::Duration;
 use dbus_api::names::{option, placement};
 use dbus_api::BusError;
 
-use crate::engine::{PlacementPolicy, PlacementRequest};
+use mdev_engine::{PlacementPolicy, PlacementRequest};
 
 /// Longest `wait-for-parent` accepted, in seconds.
 const MAX_WAIT_FOR_PARENT: u32 = 3600;

@@ -16,8 +16,8 @@ use super::action::Action;
 use super::auth::AuthRequest;
 use super::model::Model;
 use super::Service;
-use crate::engine::Engine;
-use crate::schedule::{ParentScheduleChange, ParentScheduleStatus};
+use mdev_engine::schedule::{ParentScheduleChange, ParentScheduleStatus};
+use mdev_engine::Engine;
 
 /// The scheduling properties of an Instance object.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -106,7 +106,7 @@ fn parent_data(status: &ParentScheduleStatus) -> ParentScheduleData {
 
 /// Fills the scheduling properties of the model's parents and instances from the engine
 /// (blocking: called from `Model::read`).
-pub fn fill(model: &mut Model, engine: &Engine, inventory: &crate::engine::Inventory) {
+pub fn fill(model: &mut Model, engine: &Engine, inventory: &mdev_engine::Inventory) {
     for status in engine.schedule_overview_of(inventory) {
         if let Some(parent) = model.parents.get_mut(&path::parent_path(&status.parent)) {
             parent.schedule = parent_data(&status);

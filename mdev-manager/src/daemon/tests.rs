@@ -13,9 +13,9 @@ use zbus::{Connection, Variant};
 
 use super::auth::{AllowAll, Authorizer, DenyAll};
 use super::{introspection_xml, Service};
-use crate::engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig};
-use crate::sim::SimHost;
 use dbus_api::interface_blocks;
+use mdev_engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig};
+use mdev_sim::SimHost;
 
 struct Fixture {
     _state: tempfile::TempDir,
@@ -718,4 +718,29 @@ async fn unknown_option_keys_are_invalid_args_naming_key_and_method() {
     assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
     assert!(error.to_string().contains("wait-for-parent"), "{error}");
     assert!(fixture.engine.instances().unwrap().is_empty());
+}
+
+/// The daemon maps each class onto the D-Bus error of the same name (the one mapping is
+/// `daemon::bus_kind`); every class has a bus kind.
+#[test]
+fn every_class_maps_to_the_dbus_error_of_its_name() {
+    let mut names: Vec<&str> = mdev_engine::ErrorKind::ALL
+        .iter()
+        .map(|kind| kind.name())
+        .collect();
+    for kind in mdev_engine::ErrorKind::ALL {
+        let bus = crate::daemon::bus_kind(kind);
+        assert_eq!(bus.short_name(), kind.name());
+        assert_eq!(
+            bus.dbus_name(),
+            format!("org.mdevmanager.VGpu1.Error.{}", kind.name())
+        );
+    }
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(
+        names.len(),
+        mdev_engine::ErrorKind::ALL.len(),
+        "names are distinct"
+    );
 }
