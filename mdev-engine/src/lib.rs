@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod apply;
+mod autostart;
 mod cancel;
 mod claims;
 mod context;
@@ -34,6 +35,7 @@ mod readiness;
 mod records;
 mod remove;
 mod sriov;
+mod sriov_rules;
 mod start;
 mod types;
 
@@ -214,5 +216,7 @@ mod nvidia_telemetry_tests;
 mod other_gpu_tests;
 #[cfg(test)]
 mod race_tests;
+#[cfg(test)]
+mod stop_rule_tests;
 #[cfg(test)]
 mod tests;

@@ -288,27 +288,19 @@ async fn create(
     manager: &ManagerProxy<'_>,
     target: NewDevice<'_>,
 ) -> Result<String, CommandError> {
-    use dbus_api::names::option;
-    let mut options = no_options();
-    options.insert(option::PARENT, target.parent.into());
-    options.insert(option::TYPE, target.mdev_type.into());
-    if let Some(uuid) = target.uuid {
-        options.insert(option::UUID, uuid.hyphenated().to_string().into());
-    }
-    if target.persistent {
-        options.insert(option::PERSISTENT, true.into());
-    }
-    if target.autostart {
-        options.insert(option::AUTOSTART, true.into());
-    }
-    if !target.attrs.is_empty() {
-        options.insert(option::ATTRIBUTES, target.attrs.to_vec().into());
-    }
-    if !target.start {
-        options.insert(option::START, false.into());
-    }
+    // Only the keys set are sent (a service older than a key refuses unknown keys).
+    let sent = dbus_api::options::to_dict(&dbus_api::options::CreateOptions {
+        parent: Some(target.parent.to_owned()),
+        mdev_type: Some(target.mdev_type.to_owned()),
+        uuid: target.uuid.map(|uuid| uuid.hyphenated().to_string()),
+        persistent: target.persistent.then_some(true),
+        autostart: target.autostart.then_some(true),
+        attributes: (!target.attrs.is_empty()).then(|| target.attrs.to_vec()),
+        start: (!target.start).then_some(false),
+        ..Default::default()
+    });
     let paths = manager
-        .create_instances("", options)
+        .create_instances("", dbus_api::options::as_proxy_options(&sent))
         .await
         .map_err(ClientError::from)?;
     let path = paths.into_iter().next().ok_or_else(|| {

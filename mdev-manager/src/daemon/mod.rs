@@ -6,6 +6,7 @@
 //! Entry points: [`Service::new`] + [`Service::serve`] on any connection builder (a bus or a
 //! peer-to-peer socket); `main.rs` wires the command line onto them.
 
+pub mod action;
 pub mod apply;
 pub mod auth;
 pub mod host_events;
@@ -301,15 +302,17 @@ impl Service {
         }
     }
 
-    /// Runs the engine's reconcile, publishes the report and refreshes every object.
-    pub async fn reconcile(self: &Arc<Self>, connection: &Connection) -> Result<(), BusError> {
-        let report = self.call(|engine| engine.reconcile()).await?;
-        self.publish_reconcile(&report);
+    /// Publishes the report of a reconcile the caller ran (`Rescan`): `ReconcileReport` and
+    /// its `PropertiesChanged`.
+    pub async fn announce_reconcile(
+        self: &Arc<Self>,
+        connection: &Connection,
+        report: &ReconcileReport,
+    ) {
+        self.publish_reconcile(report);
         if let Ok(emitter) = SignalEmitter::new(connection, MANAGER_PATH) {
             let _ = ManagerIface::reconcile_report_changed_emit(self, &emitter).await;
         }
-        self.refresh(connection).await;
-        Ok(())
     }
 
     /// Runs `f` on the engine on the blocking pool and maps its error.
@@ -592,7 +595,7 @@ impl Service {
         work: F,
     ) -> Result<OwnedObjectPath, BusError>
     where
-        F: FnOnce(&Engine, &OperationContext) -> Result<JobOutcome, EngineError> + Send + 'static,
+        F: FnOnce(&Engine, &OperationContext) -> Result<JobOutcome, BusError> + Send + 'static,
     {
         let id = self.next_job.fetch_add(1, Ordering::Relaxed);
         let path = dbus_api::path::job_path(id);
@@ -634,7 +637,7 @@ impl Service {
             let engine = service.engine.clone();
             let started = std::time::Instant::now();
             let outcome = match tokio::task::spawn_blocking(move || work(&engine, &context)).await {
-                Ok(result) => result.map_err(|e| bus_error(&e)),
+                Ok(result) => result,
                 Err(join) => Err(BusError::Failed(format!("job {operation} ended: {join}"))),
             };
             service.metrics.record(
@@ -657,7 +660,7 @@ impl Service {
             let cancelled = error_kind == Some(ErrorKind::Cancelled);
             tracing::info!(job = %job_path, operation, success, %message, "job finished");
             // The objects the job made exist on the bus before anyone hears it finished.
-            service.refresh(&connection).await;
+            service.publish(&connection).await;
             let server = connection.object_server();
             if let Ok(job) = server.interface::<_, JobIface>(&job_path).await {
                 let old = job.get().await.data.clone();

@@ -753,6 +753,105 @@ async fn each_reply_comes_after_its_change_is_published_as_a_full_read_would_sho
     assert_published_matches_a_full_read(&fixture, "a create outside the API").await;
 }
 
+/// The engine's VF-count rule answers `SetNumVfs` before a Job starts: too many VFs is
+/// InvalidArgs naming the PF and its limit, no Job, nothing enabled; the call is counted under
+/// its own name with that error.
+#[tokio::test]
+async fn set_num_vfs_over_the_total_is_refused_before_a_job_and_counted() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let pf = "0000:4b:00.0";
+    let sriov = SriovProxy::builder(&fixture.client)
+        .path(path::parent_path(pf))
+        .build()
+        .await
+        .unwrap();
+    let total = sriov.total_vfs().await.unwrap();
+    let error = ClientError::from(
+        sriov
+            .set_num_vfs(total + 1, HashMap::new())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
+    assert!(error.to_string().contains(pf), "{error}");
+    assert!(error.to_string().contains(&total.to_string()), "{error}");
+    assert_eq!(sriov.num_vfs().await.unwrap(), 0, "nothing enabled");
+
+    let manager = ManagerProxy::builder(&fixture.client)
+        .build()
+        .await
+        .unwrap();
+    let stats = manager.get_operation_stats().await.unwrap();
+    assert_eq!(stats.jobs_running, 0);
+    assert!(
+        stats
+            .errors
+            .iter()
+            .any(|e| e.operation == "SetNumVfs" && e.error.contains("InvalidArgs")),
+        "{:?}",
+        stats.errors
+    );
+}
+
+/// Every option set refuses a key it does not name, as InvalidArgs naming the key and the
+/// method, before polkit is asked (DenyAll would answer NotAuthorized) and with nothing done.
+#[tokio::test]
+async fn unknown_option_keys_are_invalid_args_naming_key_and_method() {
+    let fixture = fixture(Arc::new(DenyAll)).await;
+    let manager = ManagerProxy::builder(&fixture.client)
+        .build()
+        .await
+        .unwrap();
+    let typo = || HashMap::from([("forse", Variant::from(true))]);
+    let errors = [
+        (
+            "CreateInstances",
+            manager.create_instances("t4-2q", typo()).await.unwrap_err(),
+        ),
+        (
+            "DestroyInstances",
+            manager.destroy_instances(&["x"], typo()).await.unwrap_err(),
+        ),
+        ("Rescan", manager.rescan(typo()).await.unwrap_err()),
+        (
+            "ImportMdevctl",
+            manager.import_mdevctl(typo()).await.unwrap_err(),
+        ),
+    ];
+    for (method, error) in errors {
+        let error = ClientError::from(error);
+        assert_eq!(
+            error.kind(),
+            Some(ErrorKind::InvalidArgs),
+            "{method}: {error}"
+        );
+        assert!(error.to_string().contains("forse"), "{error}");
+        assert!(error.to_string().contains(method), "{error}");
+    }
+    // A wrong type names the key too.
+    let error = ClientError::from(
+        manager
+            .create_instances("t4-2q", HashMap::from([("count", Variant::from("2"))]))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
+    assert!(error.to_string().contains("count"), "{error}");
+    // `wait-for-parent` belongs to the Job twin only.
+    let error = ClientError::from(
+        manager
+            .create_instances(
+                "t4-2q",
+                HashMap::from([(option::WAIT_FOR_PARENT, Variant::from(5u32))]),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
+    assert!(error.to_string().contains("wait-for-parent"), "{error}");
+    assert!(fixture.engine.instances().unwrap().is_empty());
+}
+
 /// The daemon maps each class onto the D-Bus error of the same name (the one mapping is
 /// `daemon::bus_kind`); every class has a bus kind.
 #[test]
