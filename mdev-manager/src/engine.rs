@@ -5,6 +5,7 @@
 //! Every change to what the manager owns is written to the state store before the call returns.
 
 pub mod apply;
+pub mod apply_vgpu_dm;
 mod cancel;
 mod claims;
 mod instance_locks;

@@ -1,12 +1,15 @@
 //! `Manager.StartApply`: the document parsed and checked before the Job starts (a bad file
 //! fails the call naming file, line and key), polkit asked, then the plan and its application
-//! in the Job (see `engine::apply`).
+//! in the Job (see `engine::apply`). Formats: `toml` (this project's), `nvidia-vgpu-dm`
+//! (NVIDIA vgpu-device-manager's YAML, resolved on the host in the Job, see
+//! `engine::apply_vgpu_dm`) and `auto` (the latter when the text looks like it, else TOML).
 
 use std::collections::HashMap;
 
 use dbus_api::names::{action, option};
 use dbus_api::BusError;
 use vgpu_profiles::desired::{self, DesiredState};
+use vgpu_profiles::vgpu_dm::{self, VgpuDmConfig};
 use zbus::message::Header;
 use zbus::OwnedVariant;
 
@@ -18,12 +21,20 @@ use crate::engine::{CancelToken, Engine, EngineError};
 
 const METHOD: &str = "StartApply";
 
+/// A parsed document: a desired state, or a vgpu-device-manager configuration that becomes
+/// one on the host.
+#[derive(Debug)]
+enum Document {
+    Desired(DesiredState),
+    VgpuDm(VgpuDmConfig),
+}
+
 /// One checked `StartApply` call.
 #[derive(Debug)]
 pub struct ApplyCall {
     /// The document's name in messages (`file-name`, else `<document>`).
     pub file_name: String,
-    desired: DesiredState,
+    document: Document,
     dry_run: bool,
     assert: bool,
     force: bool,
@@ -51,18 +62,29 @@ impl ApplyCall {
         let file_name = options
             .string(option::FILE_NAME)?
             .unwrap_or_else(|| "<document>".to_owned());
-        let desired = match format {
-            "toml" => desired::parse_toml(&file_name, document, config_name)
-                .map_err(|error| BusError::InvalidArgs(error.to_string()))?,
+        let format = match format {
+            "auto" if vgpu_dm::looks_like_vgpu_dm(document) => vgpu_dm::FORMAT,
+            "auto" => "toml",
+            other => other,
+        };
+        let invalid = |error: desired::DesiredError| BusError::InvalidArgs(error.to_string());
+        let document = match format {
+            "toml" => Document::Desired(
+                desired::parse_toml(&file_name, document, config_name).map_err(invalid)?,
+            ),
+            vgpu_dm::FORMAT => Document::VgpuDm(
+                vgpu_dm::parse_vgpu_dm(&file_name, document, config_name).map_err(invalid)?,
+            ),
             other => {
                 return Err(BusError::InvalidArgs(format!(
-                    "{METHOD}: format {other:?} of {file_name} is not supported (accepted: toml)"
+                    "{METHOD}: format {other:?} of {file_name} is not supported (accepted: toml, {}, auto)",
+                    vgpu_dm::FORMAT
                 )))
             }
         };
         Ok(Self {
             file_name,
-            desired,
+            document,
             dry_run: options.boolean(option::DRY_RUN)?.unwrap_or(false),
             assert: options.boolean(option::ASSERT)?.unwrap_or(false),
             force: options.boolean(option::FORCE)?.unwrap_or(false),
@@ -77,14 +99,22 @@ impl ApplyCall {
             .detail("verb", "apply")
             .detail("file", self.file_name.clone());
         service.authorizer.check(request).await?;
-        if self.desired.instances.iter().any(|entry| entry.autostart) {
+        let (autostart, sriov) = match &self.document {
+            Document::Desired(desired) => (
+                desired.instances.iter().any(|entry| entry.autostart),
+                !desired.sriov.is_empty(),
+            ),
+            // vgpu-device-manager files make running, not persistent, vGPUs and no VF counts.
+            Document::VgpuDm(_) => (false, false),
+        };
+        if autostart {
             let request =
                 AuthRequest::new(action::MANAGE_PERSISTENT, header, self.no_user_interaction)
                     .detail("verb", "apply-autostart")
                     .detail("file", self.file_name.clone());
             service.authorizer.check(request).await?;
         }
-        if !self.desired.sriov.is_empty() {
+        if sriov {
             let request =
                 AuthRequest::new(action::CONFIGURE_SRIOV, header, self.no_user_interaction)
                     .detail("verb", "apply-sriov")
@@ -102,7 +132,11 @@ impl ApplyCall {
 
     /// The Job: plans, then (unless a dry run or assert) applies; the message is the plan.
     pub fn run(self, engine: &Engine, token: &CancelToken) -> Result<JobOutcome, EngineError> {
-        let plan = engine.plan_apply(&self.desired, self.force)?;
+        let desired = match self.document {
+            Document::Desired(desired) => desired,
+            Document::VgpuDm(config) => engine.resolve_vgpu_dm(&config)?,
+        };
+        let plan = engine.plan_apply(&desired, self.force)?;
         let rendered = plan.render();
         if self.assert {
             if plan.is_empty() {
