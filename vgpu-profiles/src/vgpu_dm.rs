@@ -110,36 +110,15 @@ pub fn looks_like_vgpu_dm(text: &str) -> bool {
         .is_some_and(|line| line.starts_with("version:") || line.starts_with("vgpu-configs:"))
 }
 
-/// The names of the configurations in a vgpu-device-manager file, in file order (only the
-/// YAML is checked, not the configurations).
-pub fn config_names(file: &str, text: &str) -> Result<Vec<String>, DesiredError> {
-    let Some(root) = load(file, text)? else {
-        return Ok(Vec::new());
-    };
-    let configs = root
-        .mapping("", file)?
-        .iter()
-        .find(|(key, _)| key.as_str() == "vgpu-configs");
-    match configs {
-        None => Ok(Vec::new()),
-        Some((_, node)) => Ok(node
-            .mapping("vgpu-configs", file)?
-            .iter()
-            .map(|(key, _)| key.as_str().to_owned())
-            .collect()),
-    }
-}
-
-/// Parses a vgpu-device-manager file and selects configuration `config` (empty: the only one).
-pub fn parse_vgpu_dm(file: &str, text: &str, config: &str) -> Result<VgpuDmConfig, DesiredError> {
-    let root = load(file, text)?;
+/// Every configuration of a vgpu-device-manager file, in file order, each checked.
+pub fn parse_all_configs(file: &str, text: &str) -> Result<Vec<VgpuDmConfig>, DesiredError> {
     let refuse = |line: usize, key: &str, reason: String| DesiredError::Value {
         file: file.to_owned(),
         line,
         key: key.to_owned(),
         reason,
     };
-    let Some(root) = root else {
+    let Some(root) = load(file, text)? else {
         return Err(refuse(1, "version", "the file is empty".to_owned()));
     };
     let top = root.mapping("", file)?;
@@ -186,44 +165,52 @@ pub fn parse_vgpu_dm(file: &str, text: &str, config: &str) -> Result<VgpuDmConfi
             "at least one configuration is required".to_owned(),
         ));
     }
-    let names: Vec<&str> = listed.iter().map(|(key, _)| key.as_str()).collect();
-    let selected = if config.is_empty() {
-        if listed.len() > 1 {
+    listed
+        .iter()
+        .map(|(key, value)| {
+            Ok(VgpuDmConfig {
+                file: file.to_owned(),
+                name: key.as_str().to_owned(),
+                entries: parse_config(file, key.as_str(), value)?,
+            })
+        })
+        .collect()
+}
+
+/// Parses a vgpu-device-manager file and selects configuration `config` by NVIDIA's rules:
+/// the named one, or with an empty name the file's only one. Every configuration is checked,
+/// as NVIDIA's parser does, not only the selected one.
+pub fn parse_vgpu_dm(file: &str, text: &str, config: &str) -> Result<VgpuDmConfig, DesiredError> {
+    let mut all = parse_all_configs(file, text)?;
+    let names = || {
+        all.iter()
+            .map(|listed| listed.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if config.is_empty() {
+        if all.len() > 1 {
             return Err(DesiredError::Config {
                 file: file.to_owned(),
                 reason: format!(
                     "the file has {} configurations ({}): name one (-c NAME)",
-                    listed.len(),
-                    names.join(", ")
+                    all.len(),
+                    names()
                 ),
             });
         }
-        &listed[0]
-    } else {
-        listed
-            .iter()
-            .find(|(key, _)| key.as_str() == config)
-            .ok_or_else(|| DesiredError::Config {
-                file: file.to_owned(),
-                reason: format!(
-                    "configuration {config:?} is not in the file (it has: {})",
-                    names.join(", ")
-                ),
-            })?
-    };
-    // Every configuration is checked, as NVIDIA's parser does, not only the selected one.
-    let mut chosen = None;
-    for (key, value) in listed {
-        let entries = parse_config(file, key.as_str(), value)?;
-        if std::ptr::eq(key, &selected.0) {
-            chosen = Some(VgpuDmConfig {
-                file: file.to_owned(),
-                name: key.as_str().to_owned(),
-                entries,
-            });
-        }
+        return Ok(all.remove(0));
     }
-    Ok(chosen.expect("the selected configuration is one of the listed ones"))
+    match all.iter().position(|listed| listed.name == config) {
+        Some(position) => Ok(all.swap_remove(position)),
+        None => Err(DesiredError::Config {
+            file: file.to_owned(),
+            reason: format!(
+                "configuration {config:?} is not in the file (it has: {})",
+                names()
+            ),
+        }),
+    }
 }
 
 fn parse_config(file: &str, name: &str, node: &Node) -> Result<Vec<VgpuDmEntry>, DesiredError> {

@@ -10,14 +10,14 @@ fn every_configuration_of_nvidias_example_files_parses() {
         ("config-example.yaml", CONFIG_EXAMPLE),
         ("config-t4.yaml", CONFIG_T4),
     ] {
-        let names = config_names(file, text).unwrap();
-        assert!(names.len() > 1, "{file}: {names:?}");
-        for name in &names {
-            let config = parse_vgpu_dm(file, text, name)
-                .unwrap_or_else(|error| panic!("{file} -c {name}: {error}"));
-            assert_eq!(&config.name, name);
-            assert!(!config.entries.is_empty(), "{file} -c {name}");
+        let all = parse_all_configs(file, text).unwrap_or_else(|error| panic!("{error}"));
+        assert!(all.len() > 1, "{file}");
+        for config in &all {
+            assert!(!config.entries.is_empty(), "{file} -c {}", config.name);
+            assert_eq!(config.file, file);
         }
+        let last = &all[all.len() - 1];
+        assert_eq!(&parse_vgpu_dm(file, text, &last.name).unwrap(), last);
     }
 }
 

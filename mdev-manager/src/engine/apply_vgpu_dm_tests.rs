@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use vgpu_profiles::vgpu_dm::{config_names, parse_vgpu_dm};
+use vgpu_profiles::vgpu_dm::{parse_all_configs, parse_vgpu_dm};
 
 use super::*;
 use crate::engine::{DiskFiles, EngineConfig};
@@ -36,11 +36,6 @@ fn engine_on(topology: &str) -> (SimHost, Engine, tempfile::TempDir) {
     (sim, engine, dir)
 }
 
-/// The configuration names of a file, in file order.
-fn names(file: &str, text: &str) -> Vec<String> {
-    config_names(file, text).unwrap_or_else(|error| panic!("{error}"))
-}
-
 #[test]
 fn nvidia_gpus_are_counted_in_pci_order_without_vfs_or_other_vendors() {
     let (_sim, engine, _dir) = engine_on("default");
@@ -60,11 +55,10 @@ fn every_example_configuration_that_fits_the_t4_pair_host_plans_and_the_others_s
         ("config-t4.yaml", CONFIG_T4),
         ("config-example.yaml", CONFIG_EXAMPLE),
     ] {
-        let all = names(file, text);
-        assert!(all.len() >= 8, "{file}: {all:?}");
-        for name in all {
-            let config = parse_vgpu_dm(file, text, &name)
-                .unwrap_or_else(|error| panic!("{file} -c {name}: {error}"));
+        let all = parse_all_configs(file, text).unwrap_or_else(|error| panic!("{error}"));
+        assert!(all.len() >= 8, "{file}");
+        for config in all {
+            let name = &config.name;
             match engine.resolve_vgpu_dm(&config) {
                 Ok(desired) => {
                     let plan = engine
