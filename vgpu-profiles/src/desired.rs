@@ -30,9 +30,10 @@ pub struct DesiredInstances {
     pub parent: Option<String>,
     /// The profile, or with `type_id` the vendor's name of the type (`T4-1Q`), for messages.
     pub profile: String,
-    /// An explicit mdev type id on `parent` (`nvidia-231`) instead of a profile: instances
-    /// of this type count, and missing ones are created as this type (vgpu-device-manager
-    /// files name vendor types, not profiles). Requires `parent`.
+    /// An explicit vendor type on `parent` instead of a profile: an mdev type id
+    /// (`nvidia-231`), or a numeric NVIDIA SR-IOV vGPU type id (`1408`) when `parent` is an
+    /// NVIDIA PF. Instances of this type count, and missing ones are created as this type
+    /// (vgpu-device-manager files name vendor types, not profiles). Requires `parent`.
     #[serde(default)]
     pub type_id: Option<String>,
     /// How many.

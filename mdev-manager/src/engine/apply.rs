@@ -318,7 +318,7 @@ pub fn plan(
             .copied()
             .filter(|info| !kept.contains(info.uuid.as_str()))
             .filter(|info| match &entry.type_id {
-                Some(type_id) => info.kind == InstanceKind::Mdev && info.type_id == *type_id,
+                Some(type_id) => info.type_id == *type_id,
                 None => info.profile.as_deref() == Some(entry.profile.as_str()),
             })
             .filter(|info| {
@@ -523,9 +523,17 @@ impl Engine {
             .flat_map(|create| {
                 (0..create.count).map(move |_| {
                     let target = match (&create.type_id, &create.parent) {
-                        (Some(type_id), Some(parent)) => CreateTarget::Mdev {
-                            parent: parent.clone(),
-                            type_id: type_id.clone(),
+                        // A numeric id is an NVIDIA SR-IOV vGPU type on the PF `parent`.
+                        (Some(type_id), Some(parent)) => match type_id.parse::<u32>() {
+                            Ok(nvidia_type) => CreateTarget::NvidiaVf {
+                                pf: parent.clone(),
+                                type_id: nvidia_type,
+                                vf: None,
+                            },
+                            Err(_) => CreateTarget::Mdev {
+                                parent: parent.clone(),
+                                type_id: type_id.clone(),
+                            },
                         },
                         _ => CreateTarget::Profile {
                             profile: create.profile.clone(),

@@ -10,17 +10,27 @@
 //! want are removed (the plan refuses held and foreign ones). A vGPU type name (`T4-1Q`) is
 //! the mdev type of the GPU whose `name` is that name after the driver's `GRID `/`NVIDIA `
 //! prefix; a MIG attribute suffix (`GFX`, `ME`, ...) is dropped when only the bare name exists,
-//! as NVIDIA's tool does. Supported GPUs are the ones that are mdev parents themselves
-//! (time-sliced vGPU, e.g. T4, V100); a GPU whose vGPUs live on its VFs is refused naming it.
+//! as NVIDIA's tool does. Supported GPUs: mdev parents themselves (time-sliced vGPU, e.g. T4,
+//! V100), and NVIDIA SR-IOV vGPU GPUs with their VFs enabled (Hopper and later:
+//! `creatable_vgpu_types` on each VF, the type named there). A GPU whose VFs are not enabled,
+//! or whose vGPUs are mdevs on its VFs (Ampere), is refused naming it and why.
+//!
+//! NVIDIA SR-IOV type names: a VF lists only the types that can still be created, so a GPU
+//! whose room is used up names none. The names read are kept per card model (PCI device id;
+//! NVIDIA's type ids are per card model) in [`NvidiaTypeNames`], process-wide in the service,
+//! so the running vGPUs of a full GPU are still recognised. A service started on a host whose
+//! SR-IOV GPU is already full has not seen the names yet: the type is then reported as not
+//! offered, naming the GPU.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
 
 use vgpu_profiles::desired::{DesiredInstances, DesiredState};
 use vgpu_profiles::vgpu_dm::VgpuDmConfig;
 
 use super::apply::ApplyError;
 use super::{Engine, EngineError};
-use crate::discovery::{Inventory, MdevParent, PciFunction};
+use crate::discovery::{Inventory, PciFunction};
 
 const NVIDIA_VENDOR: u16 = 0x10de;
 
@@ -70,10 +80,19 @@ pub fn nvidia_gpus(inventory: &Inventory) -> Vec<NvidiaGpu> {
         .collect()
 }
 
-/// The desired state `config` asks for on the host described by `inventory`.
+/// NVIDIA SR-IOV vGPU type names seen in `creatable_vgpu_types`: (card's PCI device id,
+/// type id) -> name.
+pub type NvidiaTypeNames = BTreeMap<(u16, u32), String>;
+
+/// The names this service has seen (see the module header).
+static SEEN_NVIDIA_TYPE_NAMES: Mutex<NvidiaTypeNames> = Mutex::new(BTreeMap::new());
+
+/// The desired state `config` asks for on the host described by `inventory`; `names` is the
+/// memory of NVIDIA SR-IOV type names, extended with the ones the inventory lists.
 pub fn resolve_vgpu_dm(
     config: &VgpuDmConfig,
     inventory: &Inventory,
+    names: &mut NvidiaTypeNames,
 ) -> Result<DesiredState, ApplyError> {
     let gpus = nvidia_gpus(inventory);
     // GPU index -> the entry that describes it (the last matching one).
@@ -100,23 +119,17 @@ pub fn resolve_vgpu_dm(
             key: key.to_owned(),
             reason,
         };
-        let Some(parent) = inventory
-            .mdev_parents
-            .iter()
-            .find(|parent| parent.name == gpu.address)
-        else {
-            return Err(refuse(
+        let offered = offered_types(inventory, gpu, names).map_err(|why| {
+            refuse(
                 entry.line,
                 &entry.key,
-                format!(
-                    "GPU {index} ({}) offers no mdev vGPU types itself (its vGPUs, if any, are on its VFs); vgpu-device-manager files are supported for GPUs that are mdev parents, use the TOML format for this one",
-                    gpu.address
-                ),
-            ));
-        };
-        desired.whole_parents.push(parent.name.clone());
+                format!("GPU {index} ({}) {why}", gpu.address),
+            )
+        })?;
+        desired.whole_parents.push(gpu.address.clone());
         for wanted in &entry.vgpu_devices {
-            let Some(type_id) = find_type(parent, &wanted.type_name) else {
+            let Some(type_id) = find_type(&offered, &wanted.type_name) else {
+                let names: Vec<&str> = offered.iter().map(|(_, name)| name.as_str()).collect();
                 return Err(refuse(
                     wanted.line,
                     &wanted.key,
@@ -124,12 +137,12 @@ pub fn resolve_vgpu_dm(
                         "vGPU type {} is not offered by GPU {index} ({}); it offers {}",
                         wanted.type_name,
                         gpu.address,
-                        offered_names(parent)
+                        names.join(", ")
                     ),
                 ));
             };
             desired.instances.push(DesiredInstances {
-                parent: Some(parent.name.clone()),
+                parent: Some(gpu.address.clone()),
                 profile: wanted.type_name.clone(),
                 type_id: Some(type_id),
                 count: wanted.count,
@@ -151,13 +164,69 @@ fn nvidia_name(name: &str) -> &str {
         .unwrap_or(name)
 }
 
-fn find_type(parent: &MdevParent, type_name: &str) -> Option<String> {
-    let by_name = |wanted: &str| {
-        parent
+/// The vGPU types a GPU offers as (type id, NVIDIA name): its own mdev types, or the
+/// `creatable_vgpu_types` of its VFs; `Err` says why it offers none this way.
+fn offered_types(
+    inventory: &Inventory,
+    gpu: &NvidiaGpu,
+    names: &mut NvidiaTypeNames,
+) -> Result<Vec<(String, String)>, String> {
+    let address = gpu.address.as_str();
+    let named = |id: String, name: Option<&str>| name.map(|name| (id, nvidia_name(name).to_owned()));
+    if let Some(parent) = inventory
+        .mdev_parents
+        .iter()
+        .find(|parent| parent.name == address)
+    {
+        return Ok(parent
             .types
             .iter()
-            .find(|offered| offered.name.as_deref().map(nvidia_name) == Some(wanted))
-            .map(|offered| offered.id.clone())
+            .filter_map(|offered| named(offered.id.clone(), offered.name.as_deref()))
+            .collect());
+    }
+    let Some(pf) = inventory
+        .sriov_pfs
+        .iter()
+        .find(|pf| pf.function.address.to_string() == address)
+    else {
+        return Err("offers no vGPU types (no mdev types, not an SR-IOV GPU)".to_owned());
+    };
+    let vf_addresses: HashSet<String> = pf
+        .vfs
+        .iter()
+        .map(|vf| vf.function.address.to_string())
+        .collect();
+    if inventory.mdev_parents.iter().any(|parent| vf_addresses.contains(&parent.name)) {
+        return Err("has its vGPU types on its VFs as mdev parents (Ampere SR-IOV), which vgpu-device-manager files do not cover here yet; use the TOML format with the VFs as parents".to_owned());
+    }
+    if pf.vfs.is_empty() {
+        return Err(format!(
+            "is an SR-IOV vGPU GPU whose VFs are not enabled; enable them first (vgpuctl sriov {address} --vfs {})",
+            pf.total_vfs
+        ));
+    }
+    let states: Vec<_> = pf.vfs.iter().filter_map(|vf| vf.nvidia.as_ref()).collect();
+    if states.is_empty() {
+        return Err("has no NVIDIA vGPU files on its VFs (nvidia/creatable_vgpu_types)".to_owned());
+    }
+    for creatable in states.iter().flat_map(|state| &state.creatable) {
+        names.insert(
+            (gpu.device_id, creatable.id),
+            nvidia_name(&creatable.name).to_owned(),
+        );
+    }
+    Ok(names
+        .range((gpu.device_id, 0)..=(gpu.device_id, u32::MAX))
+        .map(|((_, id), name)| (id.to_string(), name.clone()))
+        .collect())
+}
+
+fn find_type(offered: &[(String, String)], type_name: &str) -> Option<String> {
+    let by_name = |wanted: &str| {
+        offered
+            .iter()
+            .find(|(_, name)| name == wanted)
+            .map(|(id, _)| id.clone())
     };
     by_name(type_name).or_else(|| {
         ["MEALL", "NOME", "ME", "GFX"]
@@ -167,25 +236,15 @@ fn find_type(parent: &MdevParent, type_name: &str) -> Option<String> {
     })
 }
 
-fn offered_names(parent: &MdevParent) -> String {
-    let names: Vec<&str> = parent
-        .types
-        .iter()
-        .filter_map(|offered| offered.name.as_deref().map(nvidia_name))
-        .collect();
-    if names.is_empty() {
-        "no named types".to_owned()
-    } else {
-        names.join(", ")
-    }
-}
-
 impl Engine {
     /// The desired state of `config` on this host as the engine sees it now (see
     /// [`resolve_vgpu_dm`]).
     pub fn resolve_vgpu_dm(&self, config: &VgpuDmConfig) -> Result<DesiredState, EngineError> {
         let inventory = self.inventory()?;
-        Ok(resolve_vgpu_dm(config, &inventory)?)
+        let mut names = SEEN_NVIDIA_TYPE_NAMES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(resolve_vgpu_dm(config, &inventory, &mut names)?)
     }
 }
 

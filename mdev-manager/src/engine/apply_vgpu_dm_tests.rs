@@ -7,7 +7,7 @@ use std::time::Duration;
 use vgpu_profiles::vgpu_dm::{parse_all_configs, parse_vgpu_dm};
 
 use super::*;
-use crate::engine::{DiskFiles, EngineConfig};
+use crate::engine::{DestroyOptions, DiskFiles, EngineConfig, ErrorKind, InstanceInfo, InstanceKind};
 use crate::sim::SimHost;
 
 const CONFIG_EXAMPLE: &str =
@@ -19,6 +19,7 @@ const README_ONE_OFF: &str =
 
 const T4: &str = "0000:3b:00.0";
 const SECOND_T4: &str = "0000:af:00.0";
+const H200: &str = "0000:4b:00.0";
 
 fn engine_on(topology: &str) -> (SimHost, Engine, tempfile::TempDir) {
     let sim = SimHost::builtin(topology).unwrap();
@@ -115,26 +116,67 @@ fn devices_by_index_pin_each_type_to_its_gpu() {
 }
 
 #[test]
-fn the_default_configuration_matches_the_t4_by_its_device_filter_only() {
+fn the_default_configuration_matches_each_gpu_by_its_device_filter_and_applies() {
     let (_sim, engine, _dir) = engine_on("default");
     let config = parse_vgpu_dm("config-example.yaml", CONFIG_EXAMPLE, "default").unwrap();
+    // The H200 (10de:2335, SR-IOV vGPU) has an entry (H200X-70C) but no VFs yet.
+    let error = engine.resolve_vgpu_dm(&config).unwrap_err().to_string();
+    assert!(
+        error.contains("GPU 1 (0000:4b:00.0) is an SR-IOV vGPU GPU whose VFs are not enabled; enable them first (vgpuctl sriov 0000:4b:00.0 --vfs 32)"),
+        "{error}"
+    );
+    engine
+        .set_num_vfs(H200, 32, DestroyOptions { force: false })
+        .unwrap();
     let desired = engine.resolve_vgpu_dm(&config).unwrap();
-    // The H200 (10de:2335) has no entry in `default`; the T4 (10de:1eb8) gets 2 x T4-8Q.
-    assert_eq!(desired.whole_parents, [T4]);
-    assert_eq!(desired.instances.len(), 1);
-    assert_eq!(desired.instances[0].profile, "T4-8Q");
-    assert_eq!(desired.instances[0].count, 2);
+    assert_eq!(desired.whole_parents, [T4, H200]);
+    let wanted: Vec<(&str, &str, Option<&str>, u32)> = desired
+        .instances
+        .iter()
+        .map(|entry| {
+            (
+                entry.parent.as_deref().unwrap(),
+                entry.profile.as_str(),
+                entry.type_id.as_deref(),
+                entry.count,
+            )
+        })
+        .collect();
+    assert_eq!(
+        wanted,
+        [
+            (T4, "T4-8Q", Some("nvidia-233"), 2),
+            (H200, "H200X-70C", Some("1408"), 2)
+        ]
+    );
+    let report = engine
+        .apply_plan(&engine.plan_apply(&desired, false).unwrap())
+        .unwrap();
+    assert_eq!(report.created.len(), 4);
+    let on_h200: Vec<InstanceInfo> = engine
+        .instances()
+        .unwrap()
+        .into_iter()
+        .filter(|info| info.parent == H200)
+        .collect();
+    assert_eq!(on_h200.len(), 2);
+    assert!(on_h200
+        .iter()
+        .all(|info| info.kind == InstanceKind::NvidiaVf && info.type_id == "1408"));
+    // Resolved again with the vGPUs in place, the host matches.
+    let again = engine.resolve_vgpu_dm(&config).unwrap();
+    assert!(engine.plan_apply(&again, false).unwrap().is_empty());
 }
 
 #[test]
 fn a_type_the_matched_gpu_does_not_offer_is_refused_naming_file_line_and_gpu() {
-    // `devices: all` on the default host also matches the H200, which is no mdev parent.
+    // `devices: all` on the default host also matches the H200, whose VFs are off.
     let (_sim, engine, _dir) = engine_on("default");
     let config = parse_vgpu_dm("<stdin>", README_ONE_OFF, "").unwrap();
     let error = engine.resolve_vgpu_dm(&config).unwrap_err().to_string();
     assert_eq!(
         error,
-        "<stdin>: line 4: key vgpu-configs.T4-1Q[0]: GPU 1 (0000:4b:00.0) offers no mdev vGPU types itself (its vGPUs, if any, are on its VFs); vgpu-device-manager files are supported for GPUs that are mdev parents, use the TOML format for this one"
+        "<stdin>: line 4: key vgpu-configs.T4-1Q[0]: GPU 1 (0000:4b:00.0) is an SR-IOV vGPU GPU whose VFs are not enabled; enable them first (vgpuctl sriov 0000:4b:00.0 --vfs 32)"
     );
     let text = "version: v1\nvgpu-configs:\n  a:\n  - devices: [0]\n    vgpu-devices:\n      A100-4C: 2\n";
     let config = parse_vgpu_dm("a.yaml", text, "").unwrap();
