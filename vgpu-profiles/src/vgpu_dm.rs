@@ -293,9 +293,9 @@ fn parse_devices(file: &str, path: &str, node: &Node) -> Result<DeviceSelection,
         Value::Sequence(items) => items
             .iter()
             .map(|item| match &item.value {
-                Value::Scalar(text, true) => text.parse::<u32>().map_err(|_| {
-                    refuse(item.line, format!("{text:?} is not a device index"))
-                }),
+                Value::Scalar(text, true) => text
+                    .parse::<u32>()
+                    .map_err(|_| refuse(item.line, format!("{text:?} is not a device index"))),
                 _ => Err(refuse(
                     item.line,
                     format!("{} is not a device index", item.show()),

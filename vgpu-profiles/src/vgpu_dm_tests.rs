@@ -43,12 +43,18 @@ fn a_file_with_several_configurations_needs_a_name() {
     let error = parse_vgpu_dm("config-t4.yaml", CONFIG_T4, "")
         .unwrap_err()
         .to_string();
-    assert!(error.starts_with("config-t4.yaml: the file has 8 configurations"), "{error}");
+    assert!(
+        error.starts_with("config-t4.yaml: the file has 8 configurations"),
+        "{error}"
+    );
     assert!(error.contains("T4-small"), "{error}");
     let error = parse_vgpu_dm("config-t4.yaml", CONFIG_T4, "T4-3Q")
         .unwrap_err()
         .to_string();
-    assert!(error.contains("configuration \"T4-3Q\" is not in the file"), "{error}");
+    assert!(
+        error.contains("configuration \"T4-3Q\" is not in the file"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -66,7 +72,12 @@ fn the_default_configuration_filters_by_device_id() {
     let t4 = config
         .entries
         .iter()
-        .find(|entry| entry.device_filter.iter().any(|f| f.matches(0x10de, 0x1eb8)))
+        .find(|entry| {
+            entry
+                .device_filter
+                .iter()
+                .any(|f| f.matches(0x10de, 0x1eb8))
+        })
         .expect("the T4 (10de:1eb8) has an entry");
     assert_eq!(t4.vgpu_devices[0].type_name, "T4-8Q");
     assert_eq!(t4.device_filter[0].to_string(), "0x1EB810DE");
@@ -75,14 +86,21 @@ fn the_default_configuration_filters_by_device_id() {
 #[test]
 fn an_unknown_key_is_refused_naming_file_line_and_key() {
     let text = "version: v1\nvgpu-configs:\n  a:\n  - devices: all\n    colour: red\n    vgpu-devices: {}\n";
-    let error = parse_vgpu_dm("host.yaml", text, "").unwrap_err().to_string();
+    let error = parse_vgpu_dm("host.yaml", text, "")
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         error,
         "host.yaml: line 5: key vgpu-configs.a[0].colour: unexpected field \"colour\" (expected devices, device-filter, vgpu-devices)"
     );
     let text = "version: v1\nmig-configs: {}\n";
-    let error = parse_vgpu_dm("host.yaml", text, "").unwrap_err().to_string();
-    assert!(error.starts_with("host.yaml: line 2: key mig-configs: unexpected field"), "{error}");
+    let error = parse_vgpu_dm("host.yaml", text, "")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("host.yaml: line 2: key mig-configs: unexpected field"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -94,9 +112,13 @@ fn the_version_must_be_v1() {
         error,
         "f: line 1: key version: unknown version \"v2\" (v1 is supported)"
     );
-    let error = parse_vgpu_dm("f", "vgpu-configs:\n  a:\n  - devices: all\n    vgpu-devices: {}\n", "")
-        .unwrap_err()
-        .to_string();
+    let error = parse_vgpu_dm(
+        "f",
+        "vgpu-configs:\n  a:\n  - devices: all\n    vgpu-devices: {}\n",
+        "",
+    )
+    .unwrap_err()
+    .to_string();
     assert!(error.contains("key version: missing field"), "{error}");
 }
 
@@ -105,10 +127,13 @@ fn a_malformed_type_name_or_count_names_its_line() {
     let text = "version: v1\nvgpu-configs:\n  a:\n  - devices: all\n    vgpu-devices:\n      T4-1Q: 2\n      t4-2q: 1\n";
     let error = parse_vgpu_dm("f", text, "").unwrap_err().to_string();
     assert!(
-        error.starts_with("f: line 7: key vgpu-configs.a[0].vgpu-devices.t4-2q: malformed vGPU type name"),
+        error.starts_with(
+            "f: line 7: key vgpu-configs.a[0].vgpu-devices.t4-2q: malformed vGPU type name"
+        ),
         "{error}"
     );
-    let text = "version: v1\nvgpu-configs:\n  a:\n  - devices: all\n    vgpu-devices:\n      T4-1Q: 0\n";
+    let text =
+        "version: v1\nvgpu-configs:\n  a:\n  - devices: all\n    vgpu-devices:\n      T4-1Q: 0\n";
     let error = parse_vgpu_dm("f", text, "").unwrap_err().to_string();
     assert_eq!(
         error,
@@ -121,7 +146,10 @@ fn time_sliced_and_mig_backed_types_do_not_mix_in_one_entry() {
     let text = "version: v1\nvgpu-configs:\n  a:\n  - devices: all\n    vgpu-devices:\n      A100-4C: 1\n      A100-1-5C: 2\n";
     let error = parse_vgpu_dm("f", text, "").unwrap_err().to_string();
     assert!(error.contains("line 7"), "{error}");
-    assert!(error.contains("cannot mix time-sliced and MIG-backed"), "{error}");
+    assert!(
+        error.contains("cannot mix time-sliced and MIG-backed"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -137,7 +165,10 @@ fn devices_is_all_or_a_list_of_indices() {
     assert!(error.contains("\"x\" is not a device index"), "{error}");
     let text = "version: v1\nvgpu-configs:\n  a:\n  - vgpu-devices: {}\n";
     let error = parse_vgpu_dm("f", text, "").unwrap_err().to_string();
-    assert!(error.contains("key vgpu-configs.a[0].devices: missing required field"), "{error}");
+    assert!(
+        error.contains("key vgpu-configs.a[0].devices: missing required field"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -159,7 +190,10 @@ fn device_filters_parse_as_one_value_or_a_list() {
     assert!(!config.entries[0].device_filter[0].matches(0x10de, 0x1eb8));
     let text = "version: v1\nvgpu-configs:\n  a:\n  - devices: all\n    device-filter: \"T4\"\n    vgpu-devices: {}\n";
     let error = parse_vgpu_dm("f", text, "").unwrap_err().to_string();
-    assert!(error.starts_with("f: line 5: key vgpu-configs.a[0].device-filter:"), "{error}");
+    assert!(
+        error.starts_with("f: line 5: key vgpu-configs.a[0].device-filter:"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -179,13 +213,28 @@ fn a_key_given_twice_is_refused() {
 
 #[test]
 fn vgpu_type_names_follow_nvidias_naming() {
-    for time_sliced in ["T4-1Q", "M60-0B", "A100D-80C", "RTX6000-Ada-4Q", "6000D-84Q"] {
+    for time_sliced in [
+        "T4-1Q",
+        "M60-0B",
+        "A100D-80C",
+        "RTX6000-Ada-4Q",
+        "6000D-84Q",
+    ] {
         assert_eq!(vgpu_type_kind(time_sliced), Some(false), "{time_sliced}");
     }
     for mig_backed in ["A100-1-5C", "A100-1-5CME", "DC-1-24CGFX", "6000D-1-42Q"] {
         assert_eq!(vgpu_type_kind(mig_backed), Some(true), "{mig_backed}");
     }
-    for malformed in ["", "T4", "T4-1", "T4-01Q", "t4-1Q", "T4-1X", "A100-0-5C", "A100-1-5CXX"] {
+    for malformed in [
+        "",
+        "T4",
+        "T4-1",
+        "T4-01Q",
+        "t4-1Q",
+        "T4-1X",
+        "A100-0-5C",
+        "A100-1-5CXX",
+    ] {
         assert_eq!(vgpu_type_kind(malformed), None, "{malformed}");
     }
 }

@@ -627,9 +627,10 @@ async fn an_nvidia_pf_without_sriov_manage_has_the_missing_tool_as_its_reason() 
 async fn the_metrics_snapshot_matches_the_exported_objects() {
     let fixture = fixture(Arc::new(AllowAll)).await;
     let engine = fixture.engine.clone();
-    let (held, idle) = tokio::task::spawn_blocking(move || (create_mdev(&engine), create_mdev(&engine)))
-        .await
-        .unwrap();
+    let (held, idle) =
+        tokio::task::spawn_blocking(move || (create_mdev(&engine), create_mdev(&engine)))
+            .await
+            .unwrap();
     fixture
         .engine
         .claim_domain(

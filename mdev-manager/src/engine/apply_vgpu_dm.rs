@@ -64,8 +64,7 @@ pub fn nvidia_gpus(inventory: &Inventory) -> Vec<NvidiaGpu> {
         let is_gpu = function
             .class
             .is_some_and(|class| matches!(class >> 8, 0x0300 | 0x0302));
-        if function.vendor_id == Some(NVIDIA_VENDOR) && is_gpu && !vfs.contains(&function.address)
-        {
+        if function.vendor_id == Some(NVIDIA_VENDOR) && is_gpu && !vfs.contains(&function.address) {
             found.entry(function.address).or_insert(function);
         }
     }
@@ -172,7 +171,8 @@ fn offered_types(
     names: &mut NvidiaTypeNames,
 ) -> Result<Vec<(String, String)>, String> {
     let address = gpu.address.as_str();
-    let named = |id: String, name: Option<&str>| name.map(|name| (id, nvidia_name(name).to_owned()));
+    let named =
+        |id: String, name: Option<&str>| name.map(|name| (id, nvidia_name(name).to_owned()));
     if let Some(parent) = inventory
         .mdev_parents
         .iter()
@@ -196,7 +196,11 @@ fn offered_types(
         .iter()
         .map(|vf| vf.function.address.to_string())
         .collect();
-    if inventory.mdev_parents.iter().any(|parent| vf_addresses.contains(&parent.name)) {
+    if inventory
+        .mdev_parents
+        .iter()
+        .any(|parent| vf_addresses.contains(&parent.name))
+    {
         return Err("has its vGPU types on its VFs as mdev parents (Ampere SR-IOV), which vgpu-device-manager files do not cover here yet; use the TOML format with the VFs as parents".to_owned());
     }
     if pf.vfs.is_empty() {

@@ -7,7 +7,9 @@ use std::time::Duration;
 use vgpu_profiles::vgpu_dm::{parse_all_configs, parse_vgpu_dm};
 
 use super::*;
-use crate::engine::{DestroyOptions, DiskFiles, EngineConfig, ErrorKind, InstanceInfo, InstanceKind};
+use crate::engine::{
+    DestroyOptions, DiskFiles, EngineConfig, ErrorKind, InstanceInfo, InstanceKind,
+};
 use crate::sim::SimHost;
 
 const CONFIG_EXAMPLE: &str =
@@ -71,7 +73,9 @@ fn every_example_configuration_that_fits_the_t4_pair_host_plans_and_the_others_s
                     fitting.push(format!("{file} -c {name}"));
                 }
                 Err(EngineError::Apply(ApplyError::VgpuDm {
-                    file: named, reason, ..
+                    file: named,
+                    reason,
+                    ..
                 })) => {
                     assert_eq!(named, file);
                     assert!(
@@ -93,9 +97,15 @@ fn every_example_configuration_that_fits_the_t4_pair_host_plans_and_the_others_s
         "config-example.yaml -c T4-8Q",
         "config-example.yaml -c default",
     ] {
-        assert!(fitting.iter().any(|name| name == expected), "{expected}: {fitting:?}");
+        assert!(
+            fitting.iter().any(|name| name == expected),
+            "{expected}: {fitting:?}"
+        );
     }
-    assert!(!fitting.iter().any(|name| name.contains("A100")), "{fitting:?}");
+    assert!(
+        !fitting.iter().any(|name| name.contains("A100")),
+        "{fitting:?}"
+    );
 }
 
 #[test]
@@ -178,7 +188,8 @@ fn a_type_the_matched_gpu_does_not_offer_is_refused_naming_file_line_and_gpu() {
         error,
         "<stdin>: line 4: key vgpu-configs.T4-1Q[0]: GPU 1 (0000:4b:00.0) is an SR-IOV vGPU GPU whose VFs are not enabled; enable them first (vgpuctl sriov 0000:4b:00.0 --vfs 32)"
     );
-    let text = "version: v1\nvgpu-configs:\n  a:\n  - devices: [0]\n    vgpu-devices:\n      A100-4C: 2\n";
+    let text =
+        "version: v1\nvgpu-configs:\n  a:\n  - devices: [0]\n    vgpu-devices:\n      A100-4C: 2\n";
     let config = parse_vgpu_dm("a.yaml", text, "").unwrap();
     let error = engine.resolve_vgpu_dm(&config).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::NotSupported);

@@ -752,7 +752,14 @@ mod tests {
 
     #[test]
     fn builtins_validate() {
-        for name in ["default", "samples", "scale", "ampere", "h200-real", "t4-pair"] {
+        for name in [
+            "default",
+            "samples",
+            "scale",
+            "ampere",
+            "h200-real",
+            "t4-pair",
+        ] {
             let text = builtin_text(name).unwrap();
             if let Err(error) = Topology::from_toml(text) {
                 panic!("{name}: {error}: {:?}", std::error::Error::source(&error));

@@ -169,11 +169,24 @@ async fn a_create_failing_in_the_middle_leaves_the_host_as_before() {
     s.sim
         .inject_fault(Fault::fail("*/nvidia-233/create", libc::EIO));
     let output = s.vgpuctl(&["apply", "-f", &file, "-c", "T4-medium"]).await;
-    assert!(!output.status.success(), "apply with a failing create succeeded");
+    assert!(
+        !output.status.success(),
+        "apply with a failing create succeeded"
+    );
     let error = stderr_of(&output);
-    assert!(error.contains("creating instances failed, rolled back"), "{error}");
-    assert!(text(&output.stdout).contains("destroy "), "the plan was not printed");
-    assert_eq!(s.on_host(), before, "the removed vGPUs are back with their UUIDs");
+    assert!(
+        error.contains("creating instances failed, rolled back"),
+        "{error}"
+    );
+    assert!(
+        text(&output.stdout).contains("destroy "),
+        "the plan was not printed"
+    );
+    assert_eq!(
+        s.on_host(),
+        before,
+        "the removed vGPUs are back with their UUIDs"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -230,13 +243,28 @@ async fn a_bad_file_or_a_missing_configuration_name_is_refused_naming_it() {
     let output = s.vgpuctl(&["apply", "-f", &config_t4()]).await;
     assert!(!output.status.success());
     let error = stderr_of(&output);
-    assert!(error.contains("config-t4.yaml: the file has 8 configurations"), "{error}");
+    assert!(
+        error.contains("config-t4.yaml: the file has 8 configurations"),
+        "{error}"
+    );
 
     // `--format toml` reads it as TOML, which it is not.
     let output = s
-        .vgpuctl(&["apply", "--format", "toml", "-f", &config_t4(), "-c", "T4-1Q"])
+        .vgpuctl(&[
+            "apply",
+            "--format",
+            "toml",
+            "-f",
+            &config_t4(),
+            "-c",
+            "T4-1Q",
+        ])
         .await;
     assert!(!output.status.success());
-    assert!(stderr_of(&output).contains("config-t4.yaml"), "{}", stderr_of(&output));
+    assert!(
+        stderr_of(&output).contains("config-t4.yaml"),
+        "{}",
+        stderr_of(&output)
+    );
     assert!(s.on_host().is_empty());
 }
