@@ -1,8 +1,8 @@
 //! `Manager.StartApply`: the document parsed and checked before the Job starts (a bad file
 //! fails the call naming file, line and key), polkit asked, then the plan and its application
-//! in the Job (see `engine::apply`). Formats: `toml` (this project's), `nvidia-vgpu-dm`
+//! in the Job (see `mdev_engine::apply`). Formats: `toml` (this project's), `nvidia-vgpu-dm`
 //! (NVIDIA vgpu-device-manager's YAML, resolved on the host in the Job, see
-//! `engine::apply_vgpu_dm`) and `auto` (the latter when the text looks like it, else TOML).
+//! `mdev_engine::apply_vgpu_dm`) and `auto` (the latter when the text looks like it, else TOML).
 
 use std::collections::HashMap;
 
@@ -16,8 +16,8 @@ use zbus::OwnedVariant;
 use super::auth::AuthRequest;
 use super::options::CallOptions;
 use super::{JobOutcome, Service};
-use crate::engine::apply::ApplyError;
-use crate::engine::{CancelToken, Engine, EngineError};
+use mdev_engine::apply::ApplyError;
+use mdev_engine::{Engine, EngineError, OperationContext};
 
 const METHOD: &str = "StartApply";
 
@@ -131,7 +131,7 @@ impl ApplyCall {
     }
 
     /// The Job: plans, then (unless a dry run or assert) applies; the message is the plan.
-    pub fn run(self, engine: &Engine, token: &CancelToken) -> Result<JobOutcome, EngineError> {
+    pub fn run(self, engine: &Engine, ctx: &OperationContext) -> Result<JobOutcome, EngineError> {
         let desired = match self.document {
             Document::Desired(desired) => desired,
             Document::VgpuDm(config) => engine.resolve_vgpu_dm(&config)?,
@@ -150,7 +150,7 @@ impl ApplyCall {
         if self.dry_run || plan.is_empty() {
             return Ok(JobOutcome::message(rendered));
         }
-        let report = engine.cancellable(token, || engine.apply_plan(&plan))?;
+        let report = engine.apply_plan_with(ctx, &plan)?;
         Ok(JobOutcome {
             message: format!(
                 "{rendered}applied: {} created, {} destroyed, {} updated, {} VF counts changed",

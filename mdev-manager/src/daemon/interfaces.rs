@@ -15,7 +15,7 @@ use super::auth::AuthRequest;
 use super::model::{InstanceData, ParentData, ProfileData, Shared, SriovData, TypeData};
 use super::options::CallOptions;
 use super::{JobOutcome, JobSpec, Service};
-use crate::engine::{
+use mdev_engine::{
     CancelToken, CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef,
 };
 
@@ -511,12 +511,12 @@ impl ManagerIface {
                     details,
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, token| {
+                    .start_job(connection, spec, move |engine, ctx| {
                         let created = match wait {
-                            Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
-                                engine.create_batch(requests.clone())
+                            Some(timeout) => engine.wait_for_parent_then(ctx, timeout, |ctx| {
+                                engine.create_batch_with(ctx, requests.clone())
                             }),
-                            None => engine.cancellable(token, || engine.create_batch(requests)),
+                            None => engine.create_batch_with(ctx, requests),
                         }?;
                         Ok(instances_outcome("created", &created))
                     })
@@ -565,14 +565,12 @@ impl ManagerIface {
                     uuid: domain_uuid,
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, token| {
+                    .start_job(connection, spec, move |engine, ctx| {
                         let claimed = match wait {
-                            Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
-                                engine.claim_domain(&domain, &devices)
+                            Some(timeout) => engine.wait_for_parent_then(ctx, timeout, |ctx| {
+                                engine.claim_domain_with(ctx, &domain, &devices)
                             }),
-                            None => {
-                                engine.cancellable(token, || engine.claim_domain(&domain, &devices))
-                            }
+                            None => engine.claim_domain_with(ctx, &domain, &devices),
                         }?;
                         Ok(instances_outcome(
                             &format!("domain {} holds", domain.name),
@@ -615,7 +613,7 @@ impl ManagerIface {
                     uuid: domain_uuid,
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, _token| {
+                    .start_job(connection, spec, move |engine, _ctx| {
                         let report = engine.release_domain(&domain)?;
                         let mut message = format!(
                             "released domain {}: {} destroyed, {} unclaimed",
@@ -665,8 +663,8 @@ impl ManagerIface {
                     details: vec![("file", request.file_name.clone())],
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, token| {
-                        request.run(engine, token)
+                    .start_job(connection, spec, move |engine, ctx| {
+                        request.run(engine, ctx)
                     })
                     .await
             })
@@ -844,7 +842,7 @@ fn wait_for_parent(
 }
 
 /// A job's outcome listing instances: `<verb> <uuid>, <uuid>` and their paths.
-fn instances_outcome(verb: &str, instances: &[crate::engine::InstanceInfo]) -> JobOutcome {
+fn instances_outcome(verb: &str, instances: &[mdev_engine::InstanceInfo]) -> JobOutcome {
     let uuids: Vec<&str> = instances.iter().map(|info| info.uuid.as_str()).collect();
     JobOutcome {
         message: format!("{verb} {}", uuids.join(", ")),
@@ -1113,7 +1111,7 @@ impl SriovIface {
                     details: Vec::new(),
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, _token| {
+                    .start_job(connection, spec, move |engine, _ctx| {
                         let vfs = engine.set_num_vfs(&pf, count, DestroyOptions { force })?;
                         Ok(JobOutcome::message(format!(
                             "PF {pf} now has {} VFs",
@@ -1404,7 +1402,7 @@ impl InstanceIface {
                     details: Vec::new(),
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, _token| {
+                    .start_job(connection, spec, move |engine, _ctx| {
                         engine.destroy(&uuid, DestroyOptions { force })?;
                         Ok(JobOutcome::message(format!("destroyed {uuid}")))
                     })
@@ -1699,7 +1697,7 @@ impl JobIface {
 
 /// A telemetry row as the bus sends it: `N/A` as an empty string or `-1`.
 fn telemetry_entry(
-    row: crate::engine::nvidia_telemetry::VgpuTelemetry,
+    row: mdev_engine::nvidia_telemetry::VgpuTelemetry,
 ) -> dbus_api::wire::VgpuTelemetryEntry {
     let mib = |value: Option<u64>| value.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
     let percent = |value: Option<u32>| value.map_or(-1, |v| i32::try_from(v).unwrap_or(i32::MAX));

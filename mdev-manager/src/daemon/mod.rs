@@ -30,14 +30,15 @@ use zbus::names::InterfaceName;
 use zbus::object_server::{Interface, SignalEmitter};
 use zbus::{Connection, ObjectServer, OwnedObjectPath};
 
-use crate::engine::{
-    CancelToken, Engine, EngineError, EngineEvent, ReconcileAction, ReconcileReport,
-};
 use auth::Authorizer;
 pub use host_events::host_events;
 use interfaces::{
     InstanceIface, JobData, JobIface, ManagerIface, ParentIface, ProfileIface, SriovIface,
     TypeIface,
+};
+use mdev_engine::{
+    CancelToken, Engine, EngineError, EngineEvent, OperationContext, ReconcileAction,
+    ReconcileReport,
 };
 use model::{changed_properties, Model, Properties, Shared};
 
@@ -60,40 +61,29 @@ pub enum DaemonError {
 
 /// The daemon's one mapping of the engine's failure classes onto the D-Bus error kinds: 1:1,
 /// by name. (`NotAuthorized` has no engine class: only the daemon's polkit check raises it.)
-impl From<crate::ErrorKind> for ErrorKind {
-    fn from(kind: crate::ErrorKind) -> Self {
-        match kind {
-            crate::ErrorKind::NotFound => ErrorKind::NotFound,
-            crate::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
-            crate::ErrorKind::InUse => ErrorKind::InUse,
-            crate::ErrorKind::NoCapacity => ErrorKind::NoCapacity,
-            crate::ErrorKind::InvalidArgs => ErrorKind::InvalidArgs,
-            crate::ErrorKind::NotSupported => ErrorKind::NotSupported,
-            crate::ErrorKind::Busy => ErrorKind::Busy,
-            crate::ErrorKind::TimedOut => ErrorKind::TimedOut,
-            crate::ErrorKind::Cancelled => ErrorKind::Cancelled,
-            crate::ErrorKind::Failed => ErrorKind::Failed,
-        }
+/// (A function, not a `From` impl: both enums live in other crates.)
+pub fn bus_kind(kind: mdev_engine::ErrorKind) -> ErrorKind {
+    match kind {
+        mdev_engine::ErrorKind::NotFound => ErrorKind::NotFound,
+        mdev_engine::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
+        mdev_engine::ErrorKind::InUse => ErrorKind::InUse,
+        mdev_engine::ErrorKind::NoCapacity => ErrorKind::NoCapacity,
+        mdev_engine::ErrorKind::InvalidArgs => ErrorKind::InvalidArgs,
+        mdev_engine::ErrorKind::NotSupported => ErrorKind::NotSupported,
+        mdev_engine::ErrorKind::Busy => ErrorKind::Busy,
+        mdev_engine::ErrorKind::TimedOut => ErrorKind::TimedOut,
+        mdev_engine::ErrorKind::Cancelled => ErrorKind::Cancelled,
+        mdev_engine::ErrorKind::Failed => ErrorKind::Failed,
     }
 }
 
 /// Maps an engine failure onto the typed D-Bus error of its kind; the message is the whole
 /// cause chain on one line.
 pub fn bus_error(error: &EngineError) -> BusError {
-    BusError::new(error.kind().into(), error_chain(error))
+    BusError::new(bus_kind(error.kind()), error_chain(error))
 }
 
-/// `error: cause: cause` on one line.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub use vgpu_types::error_chain;
 
 /// One line per reconcile action, for the `ReconcileReport` property and the log.
 pub fn describe_reconcile(report: &ReconcileReport) -> Vec<String> {
@@ -166,7 +156,7 @@ pub struct Service {
     /// Latency and failures of every operation served ([`Service::metered`], jobs).
     metrics: metrics::OperationMetrics,
     /// Whether each refresh brings `/etc/mdevctl.d` in step with the persistent instances
-    /// (`crate::mdevctl_mirror`); off until [`Service::enable_mdevctl_mirror`].
+    /// (`mdev_engine::mdevctl_mirror`); off until [`Service::enable_mdevctl_mirror`].
     mirror_mdevctl: std::sync::atomic::AtomicBool,
 }
 
@@ -203,7 +193,7 @@ impl Service {
     }
 
     /// Keeps mdevctl's definition files in step with the persistent instances from now on:
-    /// a sync runs with every refresh, under the refresh lock (`crate::mdevctl_mirror`).
+    /// a sync runs with every refresh, under the refresh lock (`mdev_engine::mdevctl_mirror`).
     pub fn enable_mdevctl_mirror(&self) {
         self.mirror_mdevctl.store(true, Ordering::SeqCst);
     }
@@ -524,7 +514,7 @@ impl Service {
     fn follow_events(
         self: &Arc<Self>,
         connection: Connection,
-        events: crate::engine::EventSubscription,
+        events: mdev_engine::EventSubscription,
     ) {
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<EngineEvent>();
         // The subscription blocks, so it gets a thread; it ends when the engine drops the
@@ -571,8 +561,8 @@ impl Service {
     /// Starts a job running `work` on the engine: exports the Job object, announces it with
     /// `JobNew`, and when `work` finishes sets its result, emits `Job.Completed` and
     /// `Manager.JobRemoved`, refreshes the objects and removes the Job. `work` gets the job's
-    /// cancel token (`Job.Cancel` sets it) and should run its engine calls through
-    /// [`Engine::cancellable`] or [`Engine::wait_for_parent_then`].
+    /// operation context, holding its cancel token (`Job.Cancel` sets it), and passes it to its
+    /// engine calls (the `*_with` methods, [`Engine::wait_for_parent_then`]).
     pub async fn start_job<F>(
         self: &Arc<Self>,
         connection: &Connection,
@@ -580,12 +570,13 @@ impl Service {
         work: F,
     ) -> Result<OwnedObjectPath, BusError>
     where
-        F: FnOnce(&Engine, &CancelToken) -> Result<JobOutcome, EngineError> + Send + 'static,
+        F: FnOnce(&Engine, &OperationContext) -> Result<JobOutcome, EngineError> + Send + 'static,
     {
         let id = self.next_job.fetch_add(1, Ordering::Relaxed);
         let path = dbus_api::path::job_path(id);
         let operation = spec.operation;
         let token = CancelToken::new();
+        let context = OperationContext::cancellable(token.clone());
         let job = JobIface {
             service: self.clone(),
             control: interfaces::JobControl {
@@ -620,7 +611,7 @@ impl Service {
             // host changes meanwhile must be published at once, not after it.
             let engine = service.engine.clone();
             let started = std::time::Instant::now();
-            let outcome = match tokio::task::spawn_blocking(move || work(&engine, &token)).await {
+            let outcome = match tokio::task::spawn_blocking(move || work(&engine, &context)).await {
                 Ok(result) => result.map_err(|e| bus_error(&e)),
                 Err(join) => Err(BusError::Failed(format!("job {operation} ended: {join}"))),
             };

@@ -13,9 +13,9 @@ use zbus::{Connection, Variant};
 
 use super::auth::{AllowAll, Authorizer, DenyAll};
 use super::{introspection_xml, Service};
-use crate::engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig};
-use crate::sim::SimHost;
 use dbus_api::interface_blocks;
+use mdev_engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig};
+use mdev_sim::SimHost;
 
 struct Fixture {
     _state: tempfile::TempDir,
@@ -634,11 +634,11 @@ async fn the_metrics_snapshot_matches_the_exported_objects() {
     fixture
         .engine
         .claim_domain(
-            &crate::engine::DomainRef {
+            &mdev_engine::DomainRef {
                 name: "vm-metrics".into(),
                 uuid: "6f1c3a2e-0b9d-4e57-9a11-2c3d4e5f6a7b".into(),
             },
-            &[crate::engine::DeviceRequest {
+            &[mdev_engine::DeviceRequest {
                 kind: "mdev".into(),
                 uuid: Some(held.clone()),
                 ..Default::default()
@@ -693,5 +693,30 @@ async fn the_metrics_snapshot_matches_the_exported_objects() {
     assert!(
         shares.values().any(|(requested, _)| *requested > 0),
         "the shares are not all zero: {shares:?}"
+    );
+}
+
+/// The daemon maps each class onto the D-Bus error of the same name (the one mapping is
+/// `daemon::bus_kind`); every class has a bus kind.
+#[test]
+fn every_class_maps_to_the_dbus_error_of_its_name() {
+    let mut names: Vec<&str> = mdev_engine::ErrorKind::ALL
+        .iter()
+        .map(|kind| kind.name())
+        .collect();
+    for kind in mdev_engine::ErrorKind::ALL {
+        let bus = crate::daemon::bus_kind(kind);
+        assert_eq!(bus.short_name(), kind.name());
+        assert_eq!(
+            bus.dbus_name(),
+            format!("org.mdevmanager.VGpu1.Error.{}", kind.name())
+        );
+    }
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(
+        names.len(),
+        mdev_engine::ErrorKind::ALL.len(),
+        "names are distinct"
     );
 }

@@ -26,13 +26,13 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mdev_manager::engine::{
+use mdev_engine::state::{DiskFiles, Scheduling};
+use mdev_engine::{
     CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef, Engine, EngineConfig,
     InstanceInfo, ReconcileAction, ReconcileReport,
 };
-use mdev_manager::host::HostFs;
-use mdev_manager::sim::{Fault, SimHost};
-use mdev_manager::state::{DiskFiles, Scheduling};
+use mdev_host::HostFs;
+use mdev_sim::{Fault, SimHost};
 use serde::{Deserialize, Serialize};
 
 use crate::remote_host::{answer, RemoteHost, Request, Response};
@@ -260,7 +260,7 @@ fn perform(engine: &Engine, op: &Op) -> Outcome {
             type_id: type_id.to_string(),
         })
     };
-    let result: Result<Vec<String>, mdev_manager::engine::EngineError> = match op {
+    let result: Result<Vec<String>, mdev_engine::EngineError> = match op {
         Op::CreateMdev {
             parent,
             type_id,

@@ -1,0 +1,217 @@
+//! mdev-engine: the one public surface the daemon calls (see `docs/engine-api.md`).
+//!
+//! It is synchronous and `Send + Sync`: the daemon calls it from `spawn_blocking`. Operations on
+//! one parent are serialized by a per-parent lock; different parents proceed in parallel.
+//! Every change to what the manager owns is written to the state store before the call returns.
+//! An operation that can wait, write or be cancelled takes an [`OperationContext`] (the plain
+//! methods use the default one); nothing depends on the calling thread.
+//!
+//! This file holds the [`Engine`] struct, its constructor and the helpers every operation
+//! family shares (the state save, the parent locks). Each family owns its own file:
+//! [`types`](self::types) and [`error`](self::error) the API's data, `create`, `remove`,
+//! `start`, `records`, `sriov`, `claims`, `passthrough`, `apply`, `readiness` (waits for a
+//! parent), `cancel` and `context` (the operation context), `events`, `queries`,
+//! `profile_queries`.
+
+#![deny(missing_docs)]
+
+pub mod apply;
+pub mod apply_vgpu_dm;
+mod cancel;
+mod claims;
+mod context;
+mod create;
+mod error;
+mod events;
+mod instance_locks;
+pub mod nvidia_sriov;
+pub mod nvidia_telemetry;
+pub mod passthrough;
+mod profile_queries;
+mod profiles;
+mod queries;
+mod readiness;
+mod records;
+mod remove;
+mod sriov;
+mod start;
+mod types;
+
+pub mod domain_index;
+pub mod hotplug;
+pub mod import;
+pub mod lifecycle;
+pub mod mdevctl_mirror;
+pub mod reconcile;
+pub mod schedule;
+pub mod state;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, RwLock};
+
+pub use self::cancel::CancelToken;
+pub use self::context::OperationContext;
+pub use self::error::EngineError;
+pub use self::events::{EngineEvent, EventSubscription};
+pub use self::types::{
+    CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef, EngineConfig,
+    ImportReport, InstanceInfo, PlacementPolicy, PlacementRequest, ProfileFit, ProfileSummary,
+    ReconcileAction, ReconcileReport, ReleaseReport,
+};
+pub use crate::reconcile::Reconciled;
+pub use crate::state::{Claim, DiskFiles, InstanceKind, Owner, Scheduling, StateFiles};
+pub use mdev_host::discovery::names::{NameError, PciAddress};
+pub use mdev_host::discovery::{
+    Inventory, MdevDevice, MdevParent, MdevType, NvidiaVfState, SriovPf, VirtualFunction,
+};
+pub use mdev_host::error::ErrorKind;
+pub use mdev_host::events::{HostEvent, HostEventAction, HostEvents};
+pub use mdev_host::holders::Holder;
+
+use self::create::check_scheduling;
+use self::error::rollback_note;
+use crate::lifecycle::{BoundedWriter, Host};
+use crate::state::{InstanceRecord, StateFile};
+use mdev_host::HostFs;
+
+/// The engine. Cheap to share (`Arc<Engine>`); every method takes `&self`.
+#[derive(Debug)]
+pub struct Engine {
+    pub(crate) host: Host,
+    pub(crate) files: Arc<dyn StateFiles>,
+    pub(crate) config: EngineConfig,
+    pub(crate) state: Mutex<StateFile>,
+    parent_locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// UUIDs being created right now (not yet in the state), so two requests cannot take one.
+    reserved: Mutex<HashSet<String>>,
+    /// Instances an operation is checking and changing right now (see `instance_locks`).
+    pub(crate) instance_locks: instance_locks::InstanceLocks,
+    subscribers: Mutex<Vec<mpsc::Sender<EngineEvent>>>,
+    pub(crate) profiles: RwLock<profiles::ProfileSet>,
+    /// How many events have been emitted (see [`Engine::event_generation`]).
+    generation: std::sync::atomic::AtomicU64,
+    /// The last `nvidia-smi vgpu -q` answer (see `nvidia_telemetry`).
+    telemetry_cache: nvidia_telemetry::TelemetryCache,
+}
+
+/// Locks a mutex, taking the data even if a panicking thread poisoned it: every critical
+/// section leaves the data consistent before anything that can panic.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Engine {
+    /// Opens the engine: loads the state store and the profiles. Does not touch devices (call
+    /// [`Engine::reconcile`] for that).
+    pub fn new(
+        host: Arc<dyn HostFs>,
+        files: Arc<dyn StateFiles>,
+        config: EngineConfig,
+    ) -> Result<Self, EngineError> {
+        let state = state::load(files.as_ref(), &config.state_dir)?;
+        domain_index::rebuild(files.as_ref(), &config.state_dir, &state)?;
+        let profiles = profiles::ProfileSet::load(files.as_ref(), &config.profiles_dir, false)?;
+        let writer = BoundedWriter::new(Arc::clone(&host), config.write_timeout);
+        Ok(Self {
+            host: Host {
+                fs: host,
+                writer,
+                echoes: Default::default(),
+            },
+            files,
+            config,
+            state: Mutex::new(state),
+            parent_locks: Mutex::new(HashMap::new()),
+            reserved: Mutex::new(HashSet::new()),
+            instance_locks: instance_locks::InstanceLocks::default(),
+            subscribers: Mutex::new(Vec::new()),
+            profiles: RwLock::new(profiles),
+            generation: std::sync::atomic::AtomicU64::new(0),
+            telemetry_cache: Default::default(),
+        })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// The host the engine works on.
+    pub fn host(&self) -> &Arc<dyn HostFs> {
+        &self.host.fs
+    }
+
+    pub(crate) fn fs(&self) -> &dyn HostFs {
+        self.host.fs.as_ref()
+    }
+
+    /// How many sysfs writes are still blocked in the kernel after timing out.
+    pub fn stuck_writes(&self) -> usize {
+        self.host.writer.stuck()
+    }
+
+    // ---- internals shared with claims, reconcile, hotplug and import ----
+
+    pub(crate) fn parent_lock(&self, parent: &str) -> Arc<Mutex<()>> {
+        Arc::clone(
+            lock(&self.parent_locks)
+                .entry(parent.to_owned())
+                .or_default(),
+        )
+    }
+
+    /// Applies a change to the state and saves it atomically before returning.
+    pub(crate) fn update_state<R>(
+        &self,
+        change: impl FnOnce(&mut StateFile) -> R,
+    ) -> Result<R, EngineError> {
+        let mut state = lock(&self.state);
+        let result = change(&mut state);
+        let (files, state_dir) = (self.files.as_ref(), &self.config.state_dir);
+        domain_index::commit(files, state_dir, &state, || {
+            state::save(files, state_dir, &state)
+        })?;
+        Ok(result)
+    }
+
+    pub(crate) fn record(&self, key: &str) -> Result<InstanceRecord, EngineError> {
+        lock(&self.state)
+            .instances
+            .get(key)
+            .cloned()
+            .ok_or_else(|| EngineError::UnknownInstance {
+                uuid: key.to_owned(),
+            })
+    }
+}
+
+/// The error for a VF-kind record that names no VF (a damaged state file).
+fn missing_vf(record: &InstanceRecord) -> EngineError {
+    EngineError::InvalidArgument {
+        what: "instance record",
+        value: record.uuid.clone(),
+        reason: format!("a {} instance without a VF address", record.kind),
+    }
+}
+
+/// The error for touching an instance `claim` holds (names the instance and the domain).
+pub(crate) fn claimed(uuid: &str, claim: &Claim) -> EngineError {
+    EngineError::Claimed {
+        uuid: uuid.to_owned(),
+        domain_name: claim.domain_name.clone(),
+        domain_uuid: claim.domain_uuid.clone(),
+    }
+}
+
+#[cfg(test)]
+mod nvidia_sriov_tests;
+#[cfg(test)]
+mod nvidia_telemetry_tests;
+#[cfg(test)]
+mod other_gpu_tests;
+#[cfg(test)]
+mod race_tests;
+#[cfg(test)]
+mod tests;
