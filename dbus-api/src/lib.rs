@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod hostdev;
+pub mod metrics_snapshot;
 pub mod names;
 pub mod operation_stats;
 pub mod options;

@@ -28,6 +28,9 @@ pub trait Manager {
     /// Latency histograms and error counts of the operations served since the service
     /// started, and the number of running jobs.
     fn get_operation_stats(&self) -> zbus::Result<crate::operation_stats::OperationStats>;
+    /// Everything the Prometheus exporter publishes in one reply: parents, types, instances
+    /// with their shares, the operation counters and the version.
+    fn get_metrics_snapshot(&self) -> zbus::Result<crate::metrics_snapshot::MetricsSnapshot>;
     /// For each polkit action, whether the caller may do it: `yes`, `no` or `auth`.
     fn get_permissions(&self) -> zbus::Result<HashMap<String, String>>;
     /// Rescans the host (parents, types, instances) and reconciles.

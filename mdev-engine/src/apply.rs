@@ -30,6 +30,10 @@ pub struct PlannedCreate {
     pub profile: String,
     /// Pinned parent, or `None` (placed).
     pub parent: Option<String>,
+    /// An explicit mdev type id on `parent` instead of the profile (vgpu-device-manager
+    /// files); `profile` is then the vendor's name of the type.
+    #[serde(default)]
+    pub type_id: Option<String>,
     /// How many.
     pub count: u32,
     /// Autostart (and persistent).
@@ -127,6 +131,19 @@ pub enum ApplyError {
         /// Undo steps that failed too (each names its device).
         rollback_failures: Vec<String>,
     },
+    /// A vgpu-device-manager entry that does not fit this host (a type the GPU does not
+    /// offer, a GPU that is not an mdev parent).
+    #[error("{file}: line {line}: key {key}: {reason}")]
+    VgpuDm {
+        /// The file name given by the caller.
+        file: String,
+        /// 1-based line of the key.
+        line: usize,
+        /// The key.
+        key: String,
+        /// Why it does not fit.
+        reason: String,
+    },
     /// `assert`: the host differs from the desired state.
     #[error("the host differs from the desired state:\n{difference}")]
     Differs {
@@ -142,6 +159,7 @@ impl ApplyError {
             Self::Refused { .. } => ErrorKind::InUse,
             Self::UnknownPf { .. } => ErrorKind::NotFound,
             Self::Step { source, .. } => source.kind(),
+            Self::VgpuDm { .. } => ErrorKind::NotSupported,
             Self::Differs { .. } => ErrorKind::Failed,
         }
     }
@@ -207,9 +225,13 @@ impl ApplyPlan {
         for create in &self.creates {
             let _ = writeln!(
                 out,
-                "create {} x {} on {}{}: {}",
+                "create {} x {}{} on {}{}: {}",
                 create.count,
                 create.profile,
+                create
+                    .type_id
+                    .as_ref()
+                    .map_or(String::new(), |type_id| format!(" ({type_id})")),
                 create.parent.as_deref().unwrap_or("(placed)"),
                 if create.autostart { " autostart" } else { "" },
                 create.reason
@@ -266,6 +288,7 @@ pub fn plan(
                 .iter()
                 .map(|entry| entry.pf.to_ascii_lowercase()),
         )
+        .chain(desired.whole_parents.iter().cloned())
         .collect();
     let placed_profiles: BTreeSet<&str> = desired
         .instances
@@ -294,7 +317,10 @@ pub fn plan(
             .iter()
             .copied()
             .filter(|info| !kept.contains(info.uuid.as_str()))
-            .filter(|info| info.profile.as_deref() == Some(entry.profile.as_str()))
+            .filter(|info| match &entry.type_id {
+                Some(type_id) => info.type_id == *type_id,
+                None => info.profile.as_deref() == Some(entry.profile.as_str()),
+            })
             .filter(|info| {
                 entry
                     .parent
@@ -322,6 +348,7 @@ pub fn plan(
             result.creates.push(PlannedCreate {
                 profile: entry.profile.clone(),
                 parent: entry.parent.clone(),
+                type_id: entry.type_id.clone(),
                 count: missing,
                 autostart: entry.autostart,
                 scheduling: Scheduling {
@@ -509,10 +536,25 @@ impl Engine {
             .iter()
             .flat_map(|create| {
                 (0..create.count).map(move |_| {
-                    let mut request = CreateRequest::new(CreateTarget::Profile {
-                        profile: create.profile.clone(),
-                        parent: create.parent.clone(),
-                    });
+                    let target = match (&create.type_id, &create.parent) {
+                        // A numeric id is an NVIDIA SR-IOV vGPU type on the PF `parent`.
+                        (Some(type_id), Some(parent)) => match type_id.parse::<u32>() {
+                            Ok(nvidia_type) => CreateTarget::NvidiaVf {
+                                pf: parent.clone(),
+                                type_id: nvidia_type,
+                                vf: None,
+                            },
+                            Err(_) => CreateTarget::Mdev {
+                                parent: parent.clone(),
+                                type_id: type_id.clone(),
+                            },
+                        },
+                        _ => CreateTarget::Profile {
+                            profile: create.profile.clone(),
+                            parent: create.parent.clone(),
+                        },
+                    };
+                    let mut request = CreateRequest::new(target);
                     request.autostart = create.autostart;
                     request.persistent = create.autostart;
                     request.scheduling = create.scheduling;

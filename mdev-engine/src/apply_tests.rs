@@ -42,6 +42,7 @@ fn entry(parent: Option<&str>, profile: &str, count: u32) -> DesiredInstances {
     DesiredInstances {
         parent: parent.map(str::to_owned),
         profile: profile.into(),
+        type_id: None,
         count,
         autostart: false,
         weight: None,
@@ -53,7 +54,7 @@ fn entry(parent: Option<&str>, profile: &str, count: u32) -> DesiredInstances {
 fn desired(instances: Vec<DesiredInstances>) -> DesiredState {
     DesiredState {
         instances,
-        sriov: Vec::new(),
+        ..DesiredState::default()
     }
 }
 

@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod apply;
+pub mod apply_vgpu_dm;
 mod autostart;
 mod cancel;
 mod claims;

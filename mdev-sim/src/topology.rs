@@ -724,6 +724,7 @@ pub(crate) fn builtin_text(name: &str) -> Option<&'static str> {
         "scale" => Some(include_str!("../topologies/scale.toml")),
         "ampere" => Some(include_str!("../topologies/ampere.toml")),
         "h200-real" => Some(include_str!("../topologies/h200-real.toml")),
+        "t4-pair" => Some(include_str!("../topologies/t4-pair.toml")),
         _ => None,
     }
 }
@@ -751,7 +752,14 @@ mod tests {
 
     #[test]
     fn builtins_validate() {
-        for name in ["default", "samples", "scale", "ampere", "h200-real"] {
+        for name in [
+            "default",
+            "samples",
+            "scale",
+            "ampere",
+            "h200-real",
+            "t4-pair",
+        ] {
             let text = builtin_text(name).unwrap();
             if let Err(error) = Topology::from_toml(text) {
                 panic!("{name}: {error}: {:?}", std::error::Error::source(&error));

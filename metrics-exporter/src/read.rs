@@ -1,12 +1,10 @@
-//! One reading of the service over D-Bus: `GetManagedObjects` on the object root (parents,
-//! types, instances with their shares) and `Manager.GetOperationStats`, fetched concurrently.
-//! Only read-only calls, so the exporter needs no polkit grant.
+//! One reading of the service over D-Bus: `Manager.GetMetricsSnapshot`, one call that
+//! returns parents, types, instances with their shares, the operation counters and the
+//! version (the service reads them from the objects it exports, under one lock). Read-only,
+//! so the exporter needs no polkit grant.
 
-use std::collections::HashMap;
-
-use dbus_api::names::{interface, BUS_NAME, ROOT_PATH};
-use dbus_api::proxy::{ManagerProxy, PropertyMap};
-use dbus_api::wire::Snapshot;
+use dbus_api::names::BUS_NAME;
+use dbus_api::proxy::ManagerProxy;
 
 use crate::render::{InstanceSample, ParentSample, Reading, TypeSample};
 
@@ -22,23 +20,10 @@ pub enum ReadError {
         #[source]
         source: zbus::Error,
     },
-    /// The service's objects did not have the properties this exporter knows.
-    #[error("unexpected objects from {BUS_NAME}")]
-    Objects(#[source] dbus_api::wire::PropertyError),
 }
 
 /// Reads everything the metrics need.
 pub async fn read(connection: &zbus::Connection) -> Result<Reading, ReadError> {
-    let object_manager = zbus::fdo::ObjectManagerProxy::builder(connection)
-        .destination(BUS_NAME)
-        .path(ROOT_PATH)
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .await
-        .map_err(|source| ReadError::Call {
-            call: "GetManagedObjects",
-            source,
-        })?;
     let manager = ManagerProxy::builder(connection)
         .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
@@ -47,45 +32,15 @@ pub async fn read(connection: &zbus::Connection) -> Result<Reading, ReadError> {
             call: "Manager",
             source,
         })?;
-    let (objects, stats, version) = tokio::join!(
-        object_manager.get_managed_objects(),
-        manager.get_operation_stats(),
-        manager.version()
-    );
-    let objects = objects.map_err(|source| ReadError::Call {
-        call: "GetManagedObjects",
-        source: source.into(),
-    })?;
-    let stats = stats.map_err(|source| ReadError::Call {
-        call: "Manager.GetOperationStats",
-        source,
-    })?;
-    let version = version.map_err(|source| ReadError::Call {
-        call: "Manager.Version",
-        source,
-    })?;
-    // Shares are not part of the plain records: read them from the instance properties.
-    let mut shares: HashMap<String, (u32, u32)> = HashMap::new();
-    for interfaces in objects.values() {
-        let Some(map) = interfaces
-            .iter()
-            .find(|(name, _)| name.as_str() == interface::INSTANCE)
-            .map(|(_, map)| map)
-        else {
-            continue;
-        };
-        let map: PropertyMap = map
-            .iter()
-            .filter_map(|(k, v)| Some((k.to_string(), v.try_clone().ok()?)))
-            .collect();
-        let uuid = property::<String>(&map, "Uuid").unwrap_or_default();
-        let requested = property::<u32>(&map, "RequestedShare").unwrap_or_default();
-        let effective = property::<u32>(&map, "EffectiveShare").unwrap_or_default();
-        shares.insert(uuid, (requested, effective));
-    }
-    let snapshot = Snapshot::from_managed_objects(objects).map_err(ReadError::Objects)?;
+    let snapshot = manager
+        .get_metrics_snapshot()
+        .await
+        .map_err(|source| ReadError::Call {
+            call: "Manager.GetMetricsSnapshot",
+            source,
+        })?;
     Ok(Reading {
-        service_version: version,
+        service_version: snapshot.version,
         parents: snapshot
             .parents
             .into_iter()
@@ -109,25 +64,17 @@ pub async fn read(connection: &zbus::Connection) -> Result<Reading, ReadError> {
         instances: snapshot
             .instances
             .into_iter()
-            .map(|instance| {
-                let (requested, effective) =
-                    shares.get(&instance.uuid).copied().unwrap_or_default();
-                InstanceSample {
-                    held: !instance.holder_uuid.is_empty() || !instance.holder.is_empty(),
-                    uuid: instance.uuid,
-                    parent: instance.parent,
-                    mdev_type: instance.mdev_type,
-                    kind: instance.kind,
-                    active: instance.active,
-                    requested_share_ppm: requested,
-                    effective_share_ppm: effective,
-                }
+            .map(|instance| InstanceSample {
+                held: instance.held,
+                uuid: instance.uuid,
+                parent: instance.parent,
+                mdev_type: instance.mdev_type,
+                kind: instance.kind,
+                active: instance.active,
+                requested_share_ppm: instance.requested_share_ppm,
+                effective_share_ppm: instance.effective_share_ppm,
             })
             .collect(),
-        stats,
+        stats: snapshot.stats,
     })
-}
-
-fn property<T: TryFrom<zbus::OwnedVariant>>(map: &PropertyMap, name: &str) -> Option<T> {
-    T::try_from(map.get(name)?.try_clone().ok()?).ok()
 }

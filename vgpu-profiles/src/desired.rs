@@ -16,6 +16,11 @@ pub struct DesiredState {
     pub instances: Vec<DesiredInstances>,
     /// SR-IOV VF counts.
     pub sriov: Vec<DesiredVfCount>,
+    /// Parents described whole even when no entry names them (a GPU a vgpu-device-manager
+    /// entry clears with an empty `vgpu-devices`): their running instances no entry wants
+    /// are removed.
+    #[serde(default)]
+    pub whole_parents: Vec<String>,
 }
 
 /// `count` running instances of `profile`, on `parent` or placed anywhere.
@@ -23,8 +28,14 @@ pub struct DesiredState {
 pub struct DesiredInstances {
     /// The parent (mdev parent name or PF address); `None`: placed by the service.
     pub parent: Option<String>,
-    /// The profile.
+    /// The profile, or with `type_id` the vendor's name of the type (`T4-1Q`), for messages.
     pub profile: String,
+    /// An explicit vendor type on `parent` instead of a profile: an mdev type id
+    /// (`nvidia-231`), or a numeric NVIDIA SR-IOV vGPU type id (`1408`) when `parent` is an
+    /// NVIDIA PF. Instances of this type count, and missing ones are created as this type
+    /// (vgpu-device-manager files name vendor types, not profiles). Requires `parent`.
+    #[serde(default)]
+    pub type_id: Option<String>,
     /// How many.
     pub count: u32,
     /// Recreated at boot (implies persistent).
@@ -182,6 +193,7 @@ pub fn parse_toml(file: &str, text: &str, config: &str) -> Result<DesiredState, 
         state.instances.push(DesiredInstances {
             parent: entry.parent,
             profile: entry.profile.into_inner(),
+            type_id: None,
             count,
             autostart: entry.autostart,
             weight: ranged(&entry.weight, "instances.weight", 1..=10000)?,

@@ -6,6 +6,8 @@
 //! * [`profile`] and [`catalog`]: profiles as TOML, the built-in catalog and overrides.
 //! * [`resolve`]: which of one parent's types a profile gets, or why none fits.
 //! * [`placement`]: which parent, capacity-aware, with pack/spread and NUMA preference.
+//! * [`desired`] and [`vgpu_dm`]: desired host state for `apply` (this project's TOML,
+//!   NVIDIA vgpu-device-manager's YAML).
 //! * [`mig_plan`]: where a set of MIG GPU instances goes on a GPU's memory slices.
 #![deny(missing_docs)]
 
@@ -16,6 +18,7 @@ pub mod placement;
 pub mod profile;
 pub mod resolve;
 pub mod vendor;
+pub mod vgpu_dm;
 
 pub use catalog::Catalog;
 pub use profile::{Profile, ProfileError, ProfileName};

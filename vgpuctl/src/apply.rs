@@ -23,6 +23,26 @@ pub enum Mode {
     Assert,
 }
 
+/// Which file, configuration and format `apply`/`assert` send.
+#[derive(Debug, Clone, Copy)]
+pub struct Document<'a> {
+    file: &'a str,
+    config: &'a str,
+    format: &'a str,
+}
+
+impl<'a> Document<'a> {
+    /// `file` (`-`: standard input), configuration `config` (empty: the file's only one),
+    /// `format` as the service names it (`toml`, `nvidia-vgpu-dm`, `auto`).
+    pub fn new(file: &'a str, config: &'a str, format: &'a str) -> Self {
+        Self {
+            file,
+            config,
+            format,
+        }
+    }
+}
+
 /// The file's text and its name in messages (`-` is standard input).
 fn read_document(file: &str) -> Result<(String, String), Failure> {
     let mut text = String::new();
@@ -37,16 +57,15 @@ fn read_document(file: &str) -> Result<(String, String), Failure> {
     Ok((file.to_owned(), text))
 }
 
-/// Runs `apply`/`assert` of `file` (configuration `config`, empty for TOML) in `mode`.
+/// Runs `apply`/`assert` of `document` in `mode`.
 pub async fn run(
     connection: &Connection,
     mut base: HashMap<&'static str, Variant<'static>>,
-    file: &str,
-    config: &str,
+    document: &Document<'_>,
     force: bool,
     mode: Mode,
 ) -> Result<(), Failure> {
-    let (name, text) = read_document(file)?;
+    let (name, text) = read_document(document.file)?;
     base.insert(option::FILE_NAME, Variant::from(name));
     if force {
         base.insert(option::FORCE, Variant::from(true));
@@ -57,7 +76,7 @@ pub async fn run(
     };
     let mut options = base.clone();
     options.insert(first, Variant::from(true));
-    let planned = start_and_wait(connection, &text, config, options).await?;
+    let planned = start_and_wait(connection, &text, document, options).await?;
     if !planned.success {
         return Err(planned.failure());
     }
@@ -65,7 +84,7 @@ pub async fn run(
     if mode != Mode::Apply || planned.message.starts_with("no changes") {
         return Ok(());
     }
-    let applied = start_and_wait(connection, &text, config, base).await?;
+    let applied = start_and_wait(connection, &text, document, base).await?;
     if !applied.success {
         return Err(applied.failure());
     }
@@ -78,7 +97,7 @@ pub async fn run(
 async fn start_and_wait(
     connection: &Connection,
     text: &str,
-    config: &str,
+    document: &Document<'_>,
     options: HashMap<&'static str, Variant<'static>>,
 ) -> Result<jobs::JobEnd, Failure> {
     let manager = crate::manager(connection).await?;
@@ -86,7 +105,7 @@ async fn start_and_wait(
     let watch = jobs::JobWatch::subscribe(connection).await?;
     let mut interrupts = jobs::Interrupts::catch()?;
     let job = manager
-        .start_apply(text, "toml", config, options)
+        .start_apply(text, document.format, document.config, options)
         .await
         .map_err(ClientError::from)?;
     let waited = jobs::wait_or_cancel(

@@ -177,6 +177,10 @@ pub enum Command {
         /// The configuration in the file (formats with several; empty for TOML).
         #[arg(short = 'c', long = "config", value_name = "NAME", default_value = "")]
         config: String,
+        /// The file's format: `toml`, `nvidia-vgpu-dm` (NVIDIA vgpu-device-manager YAML) or
+        /// `auto` (vgpu-device-manager when the file starts with `version:`, else TOML).
+        #[arg(long, value_name = "FORMAT", default_value = "auto")]
+        format: String,
         /// Print the plan only.
         #[arg(long)]
         dry_run: bool,
@@ -194,6 +198,10 @@ pub enum Command {
         /// The configuration in the file (formats with several; empty for TOML).
         #[arg(short = 'c', long = "config", value_name = "NAME", default_value = "")]
         config: String,
+        /// The file's format: `toml`, `nvidia-vgpu-dm` (NVIDIA vgpu-device-manager YAML) or
+        /// `auto` (vgpu-device-manager when the file starts with `version:`, else TOML).
+        #[arg(long, value_name = "FORMAT", default_value = "auto")]
+        format: String,
     },
     /// List the running jobs (long operations of the service).
     Jobs,

@@ -681,6 +681,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Apply {
             file,
             config,
+            format,
             dry_run,
             force,
         } => {
@@ -689,11 +690,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             } else {
                 apply::Mode::Apply
             };
-            return apply::run(&connection, options(&cli), file, config, *force, mode).await;
+            let document = apply::Document::new(file, config, format);
+            return apply::run(&connection, options(&cli), &document, *force, mode).await;
         }
-        Command::Assert { file, config } => {
+        Command::Assert {
+            file,
+            config,
+            format,
+        } => {
             let mode = apply::Mode::Assert;
-            return apply::run(&connection, options(&cli), file, config, false, mode).await;
+            let document = apply::Document::new(file, config, format);
+            return apply::run(&connection, options(&cli), &document, false, mode).await;
         }
         Command::Jobs => return jobs::list(&connection, json).await,
         Command::ImportMdevctl { dry_run } => {

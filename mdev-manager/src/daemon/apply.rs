@@ -1,6 +1,8 @@
 //! `Manager.StartApply`: the document parsed and checked before the Job starts (a bad file
 //! fails the call naming file, line and key), polkit asked, then the plan and its application
-//! in the Job (see `engine::apply`).
+//! in the Job (see `mdev_engine::apply`). Formats: `toml` (this project's), `nvidia-vgpu-dm`
+//! (NVIDIA vgpu-device-manager's YAML, resolved on the host in the Job, see
+//! `mdev_engine::apply_vgpu_dm`) and `auto` (the latter when the text looks like it, else TOML).
 
 use std::collections::HashMap;
 
@@ -8,6 +10,7 @@ use dbus_api::names::action;
 use dbus_api::options::{from_dict, ApplyOptions};
 use dbus_api::BusError;
 use vgpu_profiles::desired::{self, DesiredState};
+use vgpu_profiles::vgpu_dm::{self, VgpuDmConfig};
 use zbus::message::Header;
 use zbus::OwnedVariant;
 
@@ -19,12 +22,20 @@ use mdev_engine::{Engine, EngineError, OperationContext};
 
 const METHOD: &str = "StartApply";
 
+/// A parsed document: a desired state, or a vgpu-device-manager configuration that becomes
+/// one on the host.
+#[derive(Debug)]
+enum Document {
+    Desired(DesiredState),
+    VgpuDm(VgpuDmConfig),
+}
+
 /// One checked `StartApply` call.
 #[derive(Debug)]
 pub struct ApplyCall {
     /// The document's name in messages (`file-name`, else `<document>`).
     pub file_name: String,
-    desired: DesiredState,
+    document: Document,
     dry_run: bool,
     assert: bool,
     force: bool,
@@ -41,18 +52,29 @@ impl ApplyCall {
     ) -> Result<Self, BusError> {
         let options: ApplyOptions = from_dict(METHOD, options)?;
         let file_name = options.file_name.unwrap_or_else(|| "<document>".to_owned());
-        let desired = match format {
-            "toml" => desired::parse_toml(&file_name, document, config_name)
-                .map_err(|error| BusError::InvalidArgs(error.to_string()))?,
+        let format = match format {
+            "auto" if vgpu_dm::looks_like_vgpu_dm(document) => vgpu_dm::FORMAT,
+            "auto" => "toml",
+            other => other,
+        };
+        let invalid = |error: desired::DesiredError| BusError::InvalidArgs(error.to_string());
+        let document = match format {
+            "toml" => Document::Desired(
+                desired::parse_toml(&file_name, document, config_name).map_err(invalid)?,
+            ),
+            vgpu_dm::FORMAT => Document::VgpuDm(
+                vgpu_dm::parse_vgpu_dm(&file_name, document, config_name).map_err(invalid)?,
+            ),
             other => {
                 return Err(BusError::InvalidArgs(format!(
-                    "{METHOD}: format {other:?} of {file_name} is not supported (accepted: toml)"
+                    "{METHOD}: format {other:?} of {file_name} is not supported (accepted: toml, {}, auto)",
+                    vgpu_dm::FORMAT
                 )))
             }
         };
         Ok(Self {
             file_name,
-            desired,
+            document,
             dry_run: options.dry_run.unwrap_or(false),
             assert: options.assert.unwrap_or(false),
             force: options.force.unwrap_or(false),
@@ -69,14 +91,20 @@ impl ApplyCall {
                 .detail("verb", verb)
                 .detail("file", self.file_name.clone())
         };
+        let (autostart, sriov) = match &self.document {
+            Document::Desired(desired) => (
+                desired.instances.iter().any(|entry| entry.autostart),
+                !desired.sriov.is_empty(),
+            ),
+            // vgpu-device-manager files make running, not persistent, vGPUs and no VF counts.
+            Document::VgpuDm(_) => (false, false),
+        };
         let manage = ask(action::MANAGE_INSTANCES, "apply");
-        let autostart = self.desired.instances.iter().any(|entry| entry.autostart);
         let persistent = ask(action::MANAGE_PERSISTENT, "apply-autostart");
-        let sriov = !self.desired.sriov.is_empty();
         let configure = ask(action::CONFIGURE_SRIOV, "apply-sriov");
         let force = ask(action::FORCE, "apply-force");
         let forced = self.force;
-        Action::new(move |engine, token| self.run(engine, token))
+        Action::new(move |engine, ctx| self.run(engine, ctx))
             .authorized_by(manage)
             .authorized_by_if(autostart, || persistent)
             .authorized_by_if(sriov, || configure)
@@ -85,7 +113,11 @@ impl ApplyCall {
 
     /// The Job: plans, then (unless a dry run or assert) applies; the message is the plan.
     pub fn run(self, engine: &Engine, ctx: &OperationContext) -> Result<JobOutcome, EngineError> {
-        let plan = engine.plan_apply(&self.desired, self.force)?;
+        let desired = match self.document {
+            Document::Desired(desired) => desired,
+            Document::VgpuDm(config) => engine.resolve_vgpu_dm(&config)?,
+        };
+        let plan = engine.plan_apply(&desired, self.force)?;
         let rendered = plan.render();
         if self.assert {
             if plan.is_empty() {

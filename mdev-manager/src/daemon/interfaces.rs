@@ -64,6 +64,13 @@ impl ManagerIface {
         self.service.operation_stats()
     }
 
+    /// Everything the Prometheus exporter publishes in one reply (parents, types, instances
+    /// with their shares, the operation counters, the version). Read-only: no polkit check.
+    #[zbus(out_args("snapshot"))]
+    async fn get_metrics_snapshot(&self) -> dbus_api::metrics_snapshot::MetricsSnapshot {
+        self.service.metrics_snapshot().await
+    }
+
     /// For each polkit action, `yes`, `auth` or `no` for the caller.
     #[zbus(out_args("permissions"))]
     async fn get_permissions(&self, #[zbus(header)] header: Header<'_>) -> HashMap<String, String> {
@@ -556,12 +563,13 @@ impl ManagerIface {
             .await
     }
 
-    /// Declarative apply as a Job: `document` in `format` (`toml`; see docs/apply.md) is
-    /// parsed, planned against the host and applied all or nothing; the Job's message is the
-    /// plan. Options: `dry-run b` (plan only), `assert b` (plan only; the Job fails with the
-    /// difference unless the host matches), `force b` (remove instances a VM holds or the
-    /// service did not create), `file-name s` (for error messages). Polkit: manage-instances,
-    /// plus manage-persistent for autostart entries and force for `force`. Cancelable.
+    /// Declarative apply as a Job: `document` in `format` (`toml`, `nvidia-vgpu-dm`, `auto`;
+    /// see docs/apply.md) is parsed, planned against the host and applied all or nothing;
+    /// the Job's message is the plan. Options: `dry-run b` (plan only), `assert b` (plan
+    /// only; the Job fails with the difference unless the host matches), `force b` (remove
+    /// instances a VM holds or the service did not create), `file-name s` (for error
+    /// messages). Polkit: manage-instances, plus manage-persistent for autostart entries and
+    /// force for `force`. Cancelable.
     #[zbus(out_args("job"))]
     async fn start_apply(
         &self,

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod host_events;
 pub mod interfaces;
 pub mod metrics;
+pub mod metrics_snapshot;
 pub mod model;
 pub mod options;
 mod publish;

@@ -852,6 +852,78 @@ async fn unknown_option_keys_are_invalid_args_naming_key_and_method() {
     assert!(fixture.engine.instances().unwrap().is_empty());
 }
 
+/// `GetMetricsSnapshot` carries what a `GetManagedObjects` walk would give the exporter: every
+/// parent, type and instance, each instance's shares and whether a VM holds it.
+#[tokio::test]
+async fn the_metrics_snapshot_matches_the_exported_objects() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let engine = fixture.engine.clone();
+    let (held, idle) =
+        tokio::task::spawn_blocking(move || (create_mdev(&engine), create_mdev(&engine)))
+            .await
+            .unwrap();
+    fixture
+        .engine
+        .claim_domain(
+            &mdev_engine::DomainRef {
+                name: "vm-metrics".into(),
+                uuid: "6f1c3a2e-0b9d-4e57-9a11-2c3d4e5f6a7b".into(),
+            },
+            &[mdev_engine::DeviceRequest {
+                kind: "mdev".into(),
+                uuid: Some(held.clone()),
+                ..Default::default()
+            }],
+        )
+        .expect("claim");
+    // The claim went to the engine directly: publish its events as a call's reply would.
+    fixture.service.refresh(&fixture._server).await;
+    let manager = ManagerProxy::new(&fixture.client).await.expect("proxy");
+    let snapshot = manager
+        .get_metrics_snapshot()
+        .await
+        .expect("GetMetricsSnapshot");
+    let objects = managed_objects(&fixture.client).await;
+    let mut shares: HashMap<String, (u32, u32)> = HashMap::new();
+    for interfaces in objects.values() {
+        if let Some(map) = interfaces
+            .iter()
+            .find(|(name, _)| name.as_str() == interface::INSTANCE)
+            .map(|(_, map)| map)
+        {
+            let get = |key: &str| u32::try_from(map[key].try_clone().unwrap()).unwrap();
+            let uuid = String::try_from(map["Uuid"].try_clone().unwrap()).unwrap();
+            shares.insert(uuid, (get("RequestedShare"), get("EffectiveShare")));
+        }
+    }
+    let walked = dbus_api::wire::Snapshot::from_managed_objects(objects).expect("snapshot");
+    assert_eq!(snapshot.version, env!("CARGO_PKG_VERSION"));
+    let parents: Vec<&str> = snapshot.parents.iter().map(|p| p.name.as_str()).collect();
+    let mut walked_parents: Vec<&str> = walked.parents.iter().map(|p| p.name.as_str()).collect();
+    walked_parents.sort();
+    assert_eq!(parents, walked_parents);
+    assert_eq!(snapshot.types.len(), walked.types.len());
+    assert_eq!(snapshot.instances.len(), 2);
+    for instance in &snapshot.instances {
+        let expected = shares[&instance.uuid];
+        assert_eq!(
+            (instance.requested_share_ppm, instance.effective_share_ppm),
+            expected,
+            "{}",
+            instance.uuid
+        );
+        assert_eq!(instance.held, instance.uuid == held, "{}", instance.uuid);
+        assert_eq!(instance.parent, "0000:3b:00.0");
+        assert_eq!(instance.mdev_type, "nvidia-231");
+        assert!(instance.active);
+    }
+    assert!(snapshot.instances.iter().any(|i| i.uuid == idle));
+    assert!(
+        shares.values().any(|(requested, _)| *requested > 0),
+        "the shares are not all zero: {shares:?}"
+    );
+}
+
 /// The daemon maps each class onto the D-Bus error of the same name (the one mapping is
 /// `daemon::bus_kind`); every class has a bus kind.
 #[test]

@@ -1,6 +1,6 @@
 //! The Prometheus exporter (issue 19): one `GET /metrics` of `mdev-manager-exporter` against
-//! the daemon on the simulated scale host with 384 instances (each scrape is a fresh
-//! `GetManagedObjects` + `GetOperationStats` and the rendering of about 1,400 series).
+//! the daemon on the simulated scale host with 384 instances (each scrape is one
+//! `Manager.GetMetricsSnapshot` call and the rendering of about 1,400 series).
 //! Target: at most 20 ms.
 
 use std::collections::HashMap;
