@@ -7,6 +7,7 @@
 pub mod apply;
 mod cancel;
 mod claims;
+pub mod intents;
 mod instance_locks;
 pub mod nvidia_sriov;
 pub mod nvidia_telemetry;
@@ -371,6 +372,21 @@ pub enum ReconcileAction {
     PendingReleaseFailed {
         /// The file name.
         file: String,
+        /// Why.
+        error: String,
+    },
+    /// A write-ahead intent was found (a crash, or a timed-out write that completed later)
+    /// and what it made was removed: the call never acknowledged it (see `engine::intents`).
+    IntentUndone {
+        /// The instance UUID, or the PF address of a VF count.
+        id: String,
+        /// What was undone.
+        what: String,
+    },
+    /// Undoing a write-ahead intent failed; it is kept and the next pass tries again.
+    IntentUndoFailed {
+        /// The instance UUID, or the PF address of a VF count.
+        id: String,
         /// Why.
         error: String,
     },
@@ -1432,25 +1448,32 @@ impl Engine {
         options: DestroyOptions,
     ) -> Result<Vec<PciAddress>, EngineError> {
         let address: PciAddress = pf.parse()?;
-        let parent_lock = self.parent_lock(&address.to_string());
+        let key = address.to_string();
+        let parent_lock = self.parent_lock(&key);
         let _serialized = lock(&parent_lock);
-        let enabled = self.set_num_vfs_locked(address, num_vfs, options)?;
+        let current = discovery::read_sriov_pf(self.fs(), address).map(|p| p.num_vfs);
+        let changed = self.set_num_vfs_locked(address, num_vfs, options, true);
+        let enabled = self.settle_intent(&key, changed)?;
         // A forced change can take VFs that carried instances: transient ones are gone for
-        // good; persistent ones stay defined (and unclaimed) for a later start.
+        // good; persistent ones stay defined (and unclaimed) for a later start. A change from
+        // a non-zero count goes through 0, so the kernel made even the VFs that are enabled
+        // again anew, unbound: a record is lost when its VF is gone or no longer its own.
+        let recreated = current.is_some_and(|from| from > 0 && from != num_vfs);
+        let lost: Vec<(String, bool)> = lock(&self.state)
+            .instances
+            .values()
+            .filter(|r| r.parent == key && r.vf.is_some())
+            .filter(|r| recreated || r.vf.is_some_and(|vf| !enabled.contains(&vf)))
+            .filter(|r| r.vf.is_some_and(|vf| !enabled.contains(&vf)) || !self.is_active(r))
+            .map(|r| (r.uuid.clone(), r.persistent))
+            .collect();
         let (forgotten, stopped) = self.update_state(|state| {
             state
                 .parents
                 .entry(address.to_string())
                 .or_default()
                 .num_vfs = (num_vfs > 0).then_some(num_vfs);
-            let lost: Vec<(String, bool)> = state
-                .instances
-                .values()
-                .filter(|r| {
-                    r.vf.is_some_and(|vf| !enabled.contains(&vf)) && r.parent == address.to_string()
-                })
-                .map(|r| (r.uuid.clone(), r.persistent))
-                .collect();
+            Self::intent_done(state, &key);
             let mut forgotten = Vec::new();
             let mut stopped = Vec::new();
             for (uuid, persistent) in lost {
@@ -1478,11 +1501,15 @@ impl Engine {
         Ok(enabled)
     }
 
+    /// [`Engine::set_num_vfs`] under the PF's lock, without recording the count; with
+    /// `write_ahead`, the change's intent is saved before the first write (a call's change,
+    /// not reconcile's own restore).
     pub(crate) fn set_num_vfs_locked(
         &self,
         address: PciAddress,
         num_vfs: u32,
         options: DestroyOptions,
+        write_ahead: bool,
     ) -> Result<Vec<PciAddress>, EngineError> {
         if !self.fs().exists(&layout::pci_device(&address)) {
             return Err(EngineError::UnknownParent {
@@ -1518,6 +1545,13 @@ impl Engine {
                     uuid: record.uuid.clone(),
                 });
             }
+        }
+        if write_ahead {
+            let intent = intents::Intent::VfCount {
+                from: pf.num_vfs,
+                to: num_vfs,
+            };
+            self.write_ahead(&address.to_string(), intent)?;
         }
         if nvidia_sriov::is_nvidia_pf(&pf) {
             self.set_nvidia_vfs(&pf, num_vfs)?;
@@ -2004,7 +2038,9 @@ impl Engine {
                     return Err(EngineError::AlreadyExists { uuid: key });
                 }
                 self.check_capacity(parent, type_id)?;
-                self.host.create_mdev(parent, type_id, uuid, attributes)?;
+                self.write_ahead(&key, intents::Intent::mdev(parent, type_id))?;
+                let written = self.host.create_mdev(parent, type_id, uuid, attributes);
+                self.settle_intent(&key, written)?;
                 record.parent = parent.clone();
                 record.type_id = type_id.clone();
                 self.commit_new(&record)?;
@@ -2029,7 +2065,20 @@ impl Engine {
                 record.parent = pf.to_string();
                 record.type_id = lifecycle::VFIO_PCI.to_owned();
                 record.vf = Some(chosen);
-                record.previous_driver = self.host.bind_vfio(chosen)?;
+                let driver = discovery::link_target_name(
+                    self.fs(),
+                    &layout::pci_device(&chosen).join("driver"),
+                );
+                let intent = intents::Intent::vf(
+                    InstanceKind::Vf,
+                    &record.parent,
+                    lifecycle::VFIO_PCI,
+                    chosen,
+                    driver,
+                );
+                self.write_ahead(&key, intent)?;
+                let bound = self.host.bind_vfio(chosen);
+                record.previous_driver = self.settle_intent(&key, bound)?;
                 self.commit_new(&record)?;
             }
             CreateTarget::NvidiaVf { pf, type_id, vf } => {
@@ -2048,7 +2097,16 @@ impl Engine {
                         ),
                     });
                 }
-                self.host.set_nvidia_vgpu(vf, *type_id)?;
+                let intent = intents::Intent::vf(
+                    InstanceKind::NvidiaVf,
+                    &pf.to_string(),
+                    &type_id.to_string(),
+                    vf,
+                    None,
+                );
+                self.write_ahead(&key, intent)?;
+                let written = self.host.set_nvidia_vgpu(vf, *type_id);
+                self.settle_intent(&key, written)?;
                 record.kind = InstanceKind::NvidiaVf;
                 record.parent = pf.to_string();
                 record.type_id = type_id.to_string();
@@ -2059,11 +2117,14 @@ impl Engine {
                         .clear_nvidia_vgpu(vf)
                         .err()
                         .map(|e| format!("clearing vGPU on VF {vf}: {e}"));
-                    return Err(EngineError::Batch {
-                        step: format!("writing attributes of NVIDIA vGPU {key} on VF {vf}"),
-                        source: Box::new(error),
-                        rollback_failures: rollback.into_iter().collect(),
-                    });
+                    return self.settle_intent(
+                        &key,
+                        Err(EngineError::Batch {
+                            step: format!("writing attributes of NVIDIA vGPU {key} on VF {vf}"),
+                            source: Box::new(error),
+                            rollback_failures: rollback.into_iter().collect(),
+                        }),
+                    );
                 }
                 self.commit_new(&record)?;
             }
@@ -2121,8 +2182,10 @@ impl Engine {
                 .insert(record.uuid.clone(), record.clone());
             return Ok(());
         }
+        let intent = lock(&self.state).intents.get(&record.uuid).cloned();
         let saved = self.update_state(|state| {
             state.instances.insert(record.uuid.clone(), record.clone());
+            Self::intent_done(state, &record.uuid);
         });
         if let Err(error) = saved {
             lock(&self.state).instances.remove(&record.uuid);
@@ -2130,6 +2193,10 @@ impl Engine {
                 .remove_device(record)
                 .err()
                 .map(|e| format!("removing {} {}: {e}", record.kind, record.uuid));
+            if let (Some(intent), Some(_)) = (intent, &rollback) {
+                // The device stays: so does the intent that proves it is ours.
+                lock(&self.state).intents.insert(record.uuid.clone(), intent);
+            }
             return Err(EngineError::Batch {
                 step: format!("recording {} {}", record.kind, record.uuid),
                 source: Box::new(error),
@@ -2391,6 +2458,8 @@ mod nvidia_sriov_tests;
 mod nvidia_telemetry_tests;
 #[cfg(test)]
 mod other_gpu_tests;
+#[cfg(test)]
+mod intents_tests;
 #[cfg(test)]
 mod race_tests;
 #[cfg(test)]

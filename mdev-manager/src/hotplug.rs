@@ -227,9 +227,13 @@ impl Engine {
                 if self.host.echoes.take(EchoKind::Bound, &event.sysname) => {}
             ("pci", HostEventAction::Unbind, _)
                 if self.host.echoes.take(EchoKind::Unbound, &event.sysname) => {}
-            ("mdev", HostEventAction::Add, _) => self.emit(EngineEvent::InstanceAdded {
-                uuid: event.sysname.clone(),
-            }),
+            ("mdev", HostEventAction::Add, _) => {
+                // A create the engine gave up on (timed out) that the kernel finished now.
+                self.late_completion(&event.sysname);
+                self.emit(EngineEvent::InstanceAdded {
+                    uuid: event.sysname.clone(),
+                })
+            }
             ("mdev", HostEventAction::Remove, _) => self.mdev_vanished(&event.sysname),
             ("mdev", _, _) => self.emit(EngineEvent::InstanceChanged {
                 uuid: event.sysname.clone(),

@@ -40,6 +40,8 @@ impl Engine {
     /// last device change (the daemon publishes it instead of discovering again).
     pub fn reconcile_and_discover(&self) -> Result<Reconciled, EngineError> {
         let mut report = ReconcileReport::default();
+        // Unacknowledged writes first: what they made is not ours to keep (engine::intents).
+        self.finish_intents(&mut report);
         self.finish_interrupted_batches(&mut report)?;
         self.process_pending_releases(&mut report);
         self.restore_vf_counts(&mut report);
@@ -240,7 +242,7 @@ impl Engine {
         // left the host on the other count until a later pass found the records gone
         // and changed it then (seen in the crash torture). A VF held by a process is
         // still refused, forced or not.
-        self.set_num_vfs_locked(address, num_vfs, DestroyOptions { force: true })?;
+        self.set_num_vfs_locked(address, num_vfs, DestroyOptions { force: true }, false)?;
         Ok(true)
     }
 
