@@ -7,7 +7,9 @@
 pub mod apply;
 mod cancel;
 mod claims;
+mod group_commit;
 pub mod intents;
+pub use group_commit::CommitStats;
 mod instance_locks;
 pub mod nvidia_sriov;
 pub mod nvidia_telemetry;
@@ -753,6 +755,8 @@ pub struct Engine {
     operations: Mutex<HashMap<std::thread::ThreadId, cancel::OperationContext>>,
     /// The last `nvidia-smi vgpu -q` answer (see `nvidia_telemetry`).
     telemetry_cache: nvidia_telemetry::TelemetryCache,
+    /// Concurrent state changes share one durable write (see `group_commit`).
+    commits: group_commit::GroupCommit,
 }
 
 /// How often a profile is placed again when its chosen parent filled up meanwhile.
@@ -829,6 +833,7 @@ impl Engine {
             generation: std::sync::atomic::AtomicU64::new(0),
             operations: Mutex::new(HashMap::new()),
             telemetry_cache: Default::default(),
+            commits: Default::default(),
         })
     }
 
@@ -1666,6 +1671,12 @@ impl Engine {
         lock(&self.subscribers).retain(|subscriber| subscriber.send(event.clone()).is_ok());
     }
 
+    /// State writes made so far and the changes they made durable (group commit: fewer
+    /// writes than changes when calls overlap).
+    pub fn state_commits(&self) -> CommitStats {
+        self.commits.stats()
+    }
+
     /// How many sysfs writes are still blocked in the kernel after timing out.
     pub fn stuck_writes(&self) -> usize {
         self.host.writer.stuck()
@@ -1738,12 +1749,26 @@ impl Engine {
         &self,
         change: impl FnOnce(&mut StateFile) -> R,
     ) -> Result<R, EngineError> {
-        let mut state = lock(&self.state);
-        let result = change(&mut state);
+        // Changed in memory under the lock; written by one group commit with every change
+        // made meanwhile (engine::group_commit), outside the lock.
+        let (result, ticket) = {
+            let mut state = lock(&self.state);
+            let result = change(&mut state);
+            (result, self.commits.changed())
+        };
         let (files, state_dir) = (self.files.as_ref(), &self.config.state_dir);
-        domain_index::commit(files, state_dir, &state, || {
-            state::save(files, state_dir, &state)
-        })?;
+        self.commits.wait_durable(
+            ticket,
+            || {
+                let state = lock(&self.state);
+                (state.clone(), self.commits.latest())
+            },
+            |snapshot| {
+                domain_index::commit(files, state_dir, snapshot, || {
+                    state::save(files, state_dir, snapshot)
+                })
+            },
+        )?;
         Ok(result)
     }
 
@@ -2458,6 +2483,8 @@ mod nvidia_sriov_tests;
 mod nvidia_telemetry_tests;
 #[cfg(test)]
 mod other_gpu_tests;
+#[cfg(test)]
+mod group_commit_tests;
 #[cfg(test)]
 mod intents_tests;
 #[cfg(test)]
