@@ -23,7 +23,14 @@ use anyhow::{bail, Context, Result};
 use crate::report::Section;
 use crate::suites::{Env, Rounds};
 
-const SUITES: [&str; 5] = ["hook", "inventory", "lifecycle", "footprint", "exporter"];
+const SUITES: [&str; 6] = [
+    "hook",
+    "inventory",
+    "lifecycle",
+    "footprint",
+    "exporter",
+    "durable",
+];
 
 /// `--bin-dir`, else the harness's own directory: it is built into the same target directory
 /// as the binaries it measures.
@@ -146,6 +153,7 @@ fn main() -> Result<()> {
                 "inventory" => suites::inventory::run(&env),
                 "lifecycle" => suites::lifecycle::run(&env),
                 "exporter" => suites::exporter::run(&env),
+                "durable" => suites::durable::run(&env),
                 _ => suites::footprint::run(&env),
             }));
         let section = match result {

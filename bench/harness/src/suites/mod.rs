@@ -1,5 +1,6 @@
 //! One module per item of the benchmark issue (#8).
 
+pub mod durable;
 pub mod exporter;
 pub mod footprint;
 pub mod guest;
