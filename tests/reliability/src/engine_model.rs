@@ -26,12 +26,12 @@ use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use mdev_manager::engine::{Engine, EngineConfig, InstanceInfo};
 use mdev_manager::host::{command::HostCommands, HostFs};
-use mdev_manager::sim::{Fault, SimHost};
+use mdev_manager::sim::{Fault, SimHost, Topology};
 use mdev_manager::state::StateFiles;
 
 use crate::torture::{perform, Op, Outcome, PF, TOPOLOGY};
@@ -342,9 +342,15 @@ fn expected_of(info: &InstanceInfo) -> Expected {
 /// One fuzz run (see the module documentation). Panics naming the step and the property when
 /// the engine breaks one.
 pub fn run(data: &[u8]) {
-    let Ok(sim) = SimHost::builtin(TOPOLOGY) else {
-        return;
+    // The topology is parsed once per process; each run boots a fresh host from it.
+    static TOPOLOGY_PARSED: OnceLock<Option<Topology>> = OnceLock::new();
+    let parsed = TOPOLOGY_PARSED.get_or_init(|| {
+        SimHost::builtin_topology_text(TOPOLOGY).and_then(|text| Topology::from_toml(text).ok())
+    });
+    let Some(topology) = parsed else {
+        panic!("the {TOPOLOGY} topology does not parse");
     };
+    let sim = SimHost::new(topology.clone());
     let crash = Arc::new(Crash::default());
     crash.revive();
     let files: Arc<MemFiles> = Arc::new(MemFiles {

@@ -74,9 +74,16 @@ fn random_programs_of_operations_faults_and_crashes_keep_every_property() {
     eprintln!("{count} programs in {:?}", started.elapsed());
 }
 
+/// Replays one program: `PROGRAM=1,2,3 ENGINE_MODEL_TRACE=1 cargo test -p reliability --test
+/// engine_model replay -- --ignored --nocapture` (the bytes a failure message printed).
 #[test]
 #[ignore]
 fn replay() {
-    let program: Vec<u8> = std::env::var("PROGRAM").unwrap().split(',').map(|b| b.trim().parse().unwrap()).collect();
+    let program: Vec<u8> = std::env::var("PROGRAM")
+        .expect("PROGRAM=comma-separated bytes")
+        .split(',')
+        .map(|byte| byte.trim().parse().expect("a byte"))
+        .collect();
     run(&program);
 }
+
