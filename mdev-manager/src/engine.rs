@@ -2220,7 +2220,9 @@ impl Engine {
                 .map(|e| format!("removing {} {}: {e}", record.kind, record.uuid));
             if let (Some(intent), Some(_)) = (intent, &rollback) {
                 // The device stays: so does the intent that proves it is ours.
-                lock(&self.state).intents.insert(record.uuid.clone(), intent);
+                lock(&self.state)
+                    .intents
+                    .insert(record.uuid.clone(), intent);
             }
             return Err(EngineError::Batch {
                 step: format!("recording {} {}", record.kind, record.uuid),
@@ -2478,15 +2480,15 @@ pub(crate) fn unmanaged_info(mdev: &MdevDevice) -> InstanceInfo {
 }
 
 #[cfg(test)]
+mod group_commit_tests;
+#[cfg(test)]
+mod intents_tests;
+#[cfg(test)]
 mod nvidia_sriov_tests;
 #[cfg(test)]
 mod nvidia_telemetry_tests;
 #[cfg(test)]
 mod other_gpu_tests;
-#[cfg(test)]
-mod group_commit_tests;
-#[cfg(test)]
-mod intents_tests;
 #[cfg(test)]
 mod race_tests;
 #[cfg(test)]

@@ -145,9 +145,15 @@ fn a_shared_write_that_fails_fails_every_call_it_covered_and_nothing_is_left() {
         .collect();
     for worker in workers {
         let error = worker.join().unwrap().unwrap_err();
-        assert!(error.to_string().contains("state.json") || format!("{error:?}").contains("state.json"), "{error:?}");
+        assert!(
+            error.to_string().contains("state.json") || format!("{error:?}").contains("state.json"),
+            "{error:?}"
+        );
     }
-    assert!(sim.mdev_uuids().is_empty(), "a create whose save failed left its device");
+    assert!(
+        sim.mdev_uuids().is_empty(),
+        "a create whose save failed left its device"
+    );
     assert!(!on_disk(dir.path()).contains("\"type_id\""));
     // The disk is back: the next create is saved as usual.
     files.fail.store(false, Ordering::SeqCst);

@@ -275,11 +275,13 @@ impl Engine {
     fn undo(&self, key: &str, intent: &Intent) -> Result<String, EngineError> {
         match intent {
             Intent::Instance { .. } => {
-                let record = intent.record(key).ok_or_else(|| EngineError::InvalidArgument {
-                    what: "intent",
-                    value: key.to_owned(),
-                    reason: "not an instance intent".into(),
-                })?;
+                let record = intent
+                    .record(key)
+                    .ok_or_else(|| EngineError::InvalidArgument {
+                        what: "intent",
+                        value: key.to_owned(),
+                        reason: "not an instance intent".into(),
+                    })?;
                 self.remove_device(&record)?;
                 Ok(match record.kind {
                     InstanceKind::Mdev => {

@@ -25,7 +25,12 @@ fn config() -> EngineConfig {
 }
 
 fn open(sim: &SimHost, root: &Path, config: EngineConfig) -> Engine {
-    Engine::new(Arc::new(sim.clone()), Arc::new(DiskFiles::new(root)), config).unwrap()
+    Engine::new(
+        Arc::new(sim.clone()),
+        Arc::new(DiskFiles::new(root)),
+        config,
+    )
+    .unwrap()
 }
 
 /// The durable state a crash right after a host write leaves: the intents, no record.
@@ -77,12 +82,11 @@ fn the_intent_is_durable_before_the_create_write_and_dropped_by_the_save_that_re
     let dir = tempfile::tempdir().unwrap();
     let engine = Arc::new(open(&sim, dir.path(), config()));
     // While the create write is slow, the state on disk already names it.
-    let slow = sim.inject_fault(Fault::slow("*/mtty-1/create", Duration::from_millis(400)).times(1));
+    let slow =
+        sim.inject_fault(Fault::slow("*/mtty-1/create", Duration::from_millis(400)).times(1));
     let creating = {
         let engine = Arc::clone(&engine);
-        std::thread::spawn(move || {
-            engine.create(mdev("mtty", "mtty-1", UUID_A))
-        })
+        std::thread::spawn(move || engine.create(mdev("mtty", "mtty-1", UUID_A)))
     };
     let state_path = dir.path().join("var/lib/mdev-manager/state.json");
     let mut during = String::new();
@@ -97,11 +101,17 @@ fn the_intent_is_durable_before_the_create_write_and_dropped_by_the_save_that_re
         during.contains("\"intents\"") && during.contains(UUID_A),
         "no intent on disk during the create write: {during}"
     );
-    assert!(sim.mdev_uuids().is_empty(), "the intent was not written first");
+    assert!(
+        sim.mdev_uuids().is_empty(),
+        "the intent was not written first"
+    );
     creating.join().unwrap().unwrap();
     sim.release_fault(slow);
     let after = std::fs::read_to_string(&state_path).unwrap();
-    assert!(!after.contains("\"intents\""), "the intent outlived the save: {after}");
+    assert!(
+        !after.contains("\"intents\""),
+        "the intent outlived the save: {after}"
+    );
     assert!(after.contains(UUID_A), "{after}");
 }
 
@@ -114,7 +124,10 @@ fn reconcile_removes_an_mdev_whose_create_was_never_acknowledged_and_clears_the_
     let engine = open(&sim, dir.path(), config());
     let report = engine.reconcile().unwrap();
     assert_eq!(undone(&report), [UUID_A], "{report:?}");
-    assert!(sim.mdev_uuids().is_empty(), "the unacknowledged mdev stayed");
+    assert!(
+        sim.mdev_uuids().is_empty(),
+        "the unacknowledged mdev stayed"
+    );
     assert!(lock(&engine.state).intents.is_empty());
     // Durably cleared: a second start has nothing to undo.
     drop(engine);
@@ -154,8 +167,11 @@ fn reconcile_unbinds_a_vf_whose_bind_was_never_acknowledged() {
     let engine = open(&sim, dir.path(), config());
     engine.host.bind_vfio(vf).unwrap();
     drop(engine);
-    let mut state = state::load(&DiskFiles::new(dir.path()), &EngineConfig::default().state_dir)
-        .unwrap();
+    let mut state = state::load(
+        &DiskFiles::new(dir.path()),
+        &EngineConfig::default().state_dir,
+    )
+    .unwrap();
     state.intents.insert(
         UUID_A.into(),
         Intent::vf(InstanceKind::Vf, NVME, lifecycle::VFIO_PCI, vf, None),
@@ -169,10 +185,7 @@ fn reconcile_unbinds_a_vf_whose_bind_was_never_acknowledged() {
     let engine = open(&sim, dir.path(), config());
     let report = engine.reconcile().unwrap();
     assert_eq!(undone(&report), [UUID_A], "{report:?}");
-    let driver = discovery::link_target_name(
-        engine.fs(),
-        &layout::pci_device(&vf).join("driver"),
-    );
+    let driver = discovery::link_target_name(engine.fs(), &layout::pci_device(&vf).join("driver"));
     assert_eq!(driver, None, "VF {vf} still bound");
     // The VF is free again for the next create.
     let info = engine
@@ -190,7 +203,10 @@ fn reconcile_sets_back_a_vf_count_change_that_was_never_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     {
         let engine = open(&sim, dir.path(), config());
-        engine.host.set_num_vfs(NVME.parse().unwrap(), 0, 3).unwrap();
+        engine
+            .host
+            .set_num_vfs(NVME.parse().unwrap(), 0, 3)
+            .unwrap();
     }
     crashed_state(dir.path(), &[(NVME, Intent::VfCount { from: 0, to: 3 })]);
     assert_eq!(sim.vf_count(), 3);

@@ -321,7 +321,8 @@ fn decode_step(input: &mut Input<'_>, managed: &[InstanceInfo]) -> Step {
             FAULT_ERRNOS[usize::from(extra >> 5) % FAULT_ERRNOS.len()],
         )
     });
-    let crash = (extra & 0x0c == 0x0c).then(|| (1 + u32::from(extra >> 4 & 0x07), extra & 0x80 != 0));
+    let crash =
+        (extra & 0x0c == 0x0c).then(|| (1 + u32::from(extra >> 4 & 0x07), extra & 0x80 != 0));
     Step::Operation { op, fault, crash }
 }
 
@@ -386,7 +387,11 @@ pub fn run(data: &[u8]) {
                 engine = open();
                 check(&engine, &sim, &label, &mut model, None);
             }
-            Step::Operation { op, fault, crash: plan } => {
+            Step::Operation {
+                op,
+                fault,
+                crash: plan,
+            } => {
                 if let Some((file, errno)) = fault {
                     sim.inject_fault(Fault::fail(format!("*/{file}"), *errno).times(1));
                 }
@@ -410,7 +415,13 @@ pub fn run(data: &[u8]) {
                     drop(engine);
                     crash.revive();
                     engine = open();
-                    check(&engine, &sim, &label, &mut model, Some((op, None, &created)));
+                    check(
+                        &engine,
+                        &sim,
+                        &label,
+                        &mut model,
+                        Some((op, None, &created)),
+                    );
                 } else {
                     let created: BTreeSet<String> = crash
                         .created
@@ -460,7 +471,11 @@ pub fn run(data: &[u8]) {
         boot_capacity,
         "capacity after teardown differs from boot; steps {steps:?}"
     );
-    assert_eq!(sim.vf_count(), 0, "VFs left after teardown; steps {steps:?}");
+    assert_eq!(
+        sim.vf_count(),
+        0,
+        "VFs left after teardown; steps {steps:?}"
+    );
 }
 
 fn managed_of(engine: &Engine) -> Vec<InstanceInfo> {
@@ -529,7 +544,9 @@ fn check(
     // The instances `op` may have changed (acknowledged or not).
     let touched: BTreeSet<String> = match op {
         Op::Destroy { uuid, .. } | Op::SetWeight { uuid, .. } => BTreeSet::from([uuid.clone()]),
-        Op::Claim { uuid: Some(uuid), .. } => BTreeSet::from([uuid.clone()]),
+        Op::Claim {
+            uuid: Some(uuid), ..
+        } => BTreeSet::from([uuid.clone()]),
         Op::Release { domain } => model
             .iter()
             .filter(|(_, e)| e.claim.as_deref() == Some(domain))

@@ -1478,7 +1478,9 @@ fn vfio_bound_vfs(sim: &SimHost) -> Vec<String> {
             sriov
                 .vfs
                 .iter()
-                .filter(|vf| vf.function.driver.as_deref() == Some(mdev_manager::lifecycle::VFIO_PCI))
+                .filter(|vf| {
+                    vf.function.driver.as_deref() == Some(mdev_manager::lifecycle::VFIO_PCI)
+                })
                 .map(|vf| vf.function.address.to_string())
                 .collect()
         })

@@ -86,4 +86,3 @@ fn replay() {
         .collect();
     run(&program);
 }
-
