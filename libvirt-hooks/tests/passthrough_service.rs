@@ -1,6 +1,6 @@
 //! Whole-GPU pass-through through the whole chain: the hook binary run as libvirt runs it,
 //! over a real dbus-daemon, against the `mdev-manager` daemon on the simulated host of
-//! `mdev-manager/topologies/passthrough.toml` (a GPU with its HDMI audio function in one IOMMU
+//! `mdev-sim/topologies/passthrough.toml` (a GPU with its HDMI audio function in one IOMMU
 //! group), then `vgpuctl list` / `vgpuctl xml`.
 
 mod common;
@@ -17,7 +17,7 @@ const VM_B: &str = "3d1f0c2e-5a6b-4c7d-8e9f-0a1b2c3d4e02";
 
 /// The daemon on the pass-through topology.
 fn start_daemon(bus: &TestBus, root: &Path) -> Process {
-    let topology = repo_root().join("mdev-manager/topologies/passthrough.toml");
+    let topology = repo_root().join("mdev-sim/topologies/passthrough.toml");
     common::start_daemon(bus, root, topology.to_str().expect("utf-8 path"))
 }
 

@@ -1,22 +1,7 @@
-//! mdev-manager: the host service that turns GPUs into vGPU instances (VFIO mediated devices
-//! and SR-IOV virtual functions), persists what it created, and reconciles after crashes.
+//! mdev-manager: the daemon. It serves the D-Bus API `org.mdevmanager.VGpu1` over the engine
+//! (mdev-engine) on the real host (mdev-host) or, with the `simulate` feature, on the
+//! simulated one (mdev-sim). The library exists for the binary and the daemon's tests.
 #![deny(missing_docs)]
 
-pub mod conformance;
 pub mod daemon;
-pub mod discovery;
-pub mod domain_index;
-pub mod engine;
-pub mod error;
-pub mod holders;
-pub mod host;
-pub mod hotplug;
-pub mod import;
-pub mod lifecycle;
-pub mod mdevctl_mirror;
-pub mod reconcile;
-pub mod schedule;
-pub mod sim;
-pub mod state;
-
-pub use error::ErrorKind;
+pub mod simulated;

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use mdev_engine::{DiskFiles, Engine, EngineConfig, PciAddress, PlacementRequest};
+use mdev_host::{HostFs, RealFs};
 use mdev_manager::daemon::auth::{Authorizer, Polkit};
 use mdev_manager::daemon::single_instance::{self, NameWatch, StateDirLock};
 use mdev_manager::daemon::Service;
-use mdev_manager::engine::{DiskFiles, Engine, EngineConfig, PciAddress, PlacementRequest};
-use mdev_manager::host::{HostFs, RealFs};
 use serde::Deserialize;
 
 /// Default configuration file (host path, under --root).
@@ -184,7 +184,7 @@ fn read_config(cli: &Cli) -> Result<(ConfigFile, PathBuf)> {
 type OpenedHost = (
     Arc<dyn HostFs>,
     Vec<String>,
-    Option<mdev_manager::sim::SimHost>,
+    Option<mdev_manager::simulated::SimHost>,
 );
 
 fn open_host(cli: &Cli) -> Result<OpenedHost> {
@@ -197,17 +197,9 @@ fn open_host(cli: &Cli) -> Result<OpenedHost> {
     match &cli.simulate {
         None => Ok((Arc::new(RealFs::new(&cli.root)), features, None)),
         Some(topology) => {
-            let host = if topology.ends_with(".toml") || topology.contains('/') {
-                let text = std::fs::read_to_string(topology)
-                    .with_context(|| format!("cannot read topology file {topology}"))?;
-                mdev_manager::sim::SimHost::from_topology_str(&text)
-                    .with_context(|| format!("topology file {topology}"))?
-            } else {
-                mdev_manager::sim::SimHost::builtin(topology)
-                    .with_context(|| format!("built-in topology {topology}"))?
-            };
+            let (fs, host) = mdev_manager::simulated::open(topology)?;
             features.push("simulated".to_string());
-            Ok((Arc::new(host.clone()), features, Some(host)))
+            Ok((fs, features, Some(host)))
         }
     }
 }
@@ -345,7 +337,7 @@ async fn serve() -> Result<()> {
     let files = Arc::new(DiskFiles::new(&cli.root));
     // Under the lock no other writer is alive: a temporary state file is a killed writer's.
     let stale =
-        mdev_manager::state::remove_stale_temp_files(files.as_ref(), &engine_config.state_dir)
+        mdev_engine::state::remove_stale_temp_files(files.as_ref(), &engine_config.state_dir)
             .context("cannot clear the state directory's temporary files")?;
     for path in stale {
         tracing::info!(path = %path.display(), "removed a temporary state file a killed writer left");
@@ -440,7 +432,7 @@ async fn serve() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mdev_manager::engine::PlacementPolicy;
+    use mdev_engine::PlacementPolicy;
 
     fn settings(text: &str) -> Result<(PlacementRequest, Vec<String>)> {
         let config: ConfigFile = toml::from_str(text)?;

@@ -48,7 +48,7 @@ pub fn workspace_binary(name: &str) -> PathBuf {
             "--bin",
             "mdev-manager",
             "-p",
-            "dbus-api",
+            "vgpuctl",
             "--bin",
             "vgpuctl",
         ])

@@ -8,10 +8,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use mdev_engine::{DiskFiles, Engine, EngineConfig};
 use mdev_manager::daemon::auth::Polkit;
 use mdev_manager::daemon::Service;
-use mdev_manager::engine::{DiskFiles, Engine, EngineConfig};
-use mdev_manager::sim::SimHost;
+use mdev_sim::SimHost;
 use zbus::Connection;
 
 use crate::bus::TestBus;

@@ -242,7 +242,7 @@ const NIC: &str = "0000:62:00.0";
 /// 0000:61:00.0 sharing its group with the host's NIC 0000:62:00.0 (igb).
 fn passthrough_topology() -> String {
     repo_root()
-        .join("mdev-manager/topologies/passthrough.toml")
+        .join("mdev-sim/topologies/passthrough.toml")
         .display()
         .to_string()
 }

@@ -155,7 +155,7 @@ async fn vf_bind_and_release_run_as_jobs() {
 #[tokio::test(flavor = "multi_thread")]
 async fn passthrough_bind_runs_as_a_job_and_failures_carry_their_kind() {
     let bus = TestBus::start().expect("dbus-daemon");
-    let topology = repo_root().join("mdev-manager/topologies/passthrough.toml");
+    let topology = repo_root().join("mdev-sim/topologies/passthrough.toml");
     let topology = topology.to_str().expect("utf-8 path");
     let _service = start_service_on(&bus, topology, &[]).expect("mdev-manager");
     let connection = bus.connect().await;

@@ -18,8 +18,8 @@ use e2e_tests::bus::{
 };
 use e2e_tests::in_process::InProcessService;
 use futures_util::StreamExt;
-use mdev_manager::engine::EngineConfig;
-use mdev_manager::sim::{Fault, SimHost};
+use mdev_engine::EngineConfig;
+use mdev_sim::{Fault, SimHost};
 use zbus::{MessageStream, OwnedObjectPath, Variant};
 
 const GPU: &str = "0000:41:00.0";
@@ -36,7 +36,7 @@ async fn start(topology: &Path) -> InProcessService {
 }
 
 fn driver(sim: &SimHost, address: &str) -> Option<String> {
-    use mdev_manager::host::HostFs;
+    use mdev_host::HostFs;
     let link = Path::new("/sys/bus/pci/devices")
         .join(address)
         .join("driver");
@@ -67,7 +67,7 @@ async fn removed(signals: &mut MessageStream, job: &OwnedObjectPath) -> (String,
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_passthrough_bind_rolls_back_and_only_its_starter_may_cancel() {
-    let host = start(&repo_root().join("mdev-manager/topologies/passthrough.toml")).await;
+    let host = start(&repo_root().join("mdev-sim/topologies/passthrough.toml")).await;
     let manager = ManagerProxy::new(&host.client).await.unwrap();
     let mut signals = service_signals(&host.client).await;
     // The audio function is bound first; its probe write blocks until the fault is released.
@@ -144,7 +144,7 @@ async fn a_cancelled_passthrough_bind_rolls_back_and_only_its_starter_may_cancel
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_wait_for_a_parent_claims_nothing_and_release_jobs_are_not_cancelable() {
-    let host = start(&repo_root().join("mdev-manager/topologies/default.toml")).await;
+    let host = start(&repo_root().join("mdev-sim/topologies/default.toml")).await;
     let manager = ManagerProxy::new(&host.client).await.unwrap();
     let mut signals = service_signals(&host.client).await;
 

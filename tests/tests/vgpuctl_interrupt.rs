@@ -21,8 +21,8 @@ use e2e_tests::bus::{
 };
 use e2e_tests::in_process::InProcessService;
 use futures_util::StreamExt;
-use mdev_manager::engine::EngineConfig;
-use mdev_manager::sim::Fault;
+use mdev_engine::EngineConfig;
+use mdev_sim::Fault;
 use zbus::{Connection, MessageStream, OwnedObjectPath};
 
 /// The NVIDIA A2 of the `ampere` topology: its VFs register as mdev parents once SR-IOV is
@@ -171,7 +171,7 @@ async fn ctrl_c_cancels_the_create_job_vgpuctl_waits_for() {
     let _service = start_service_on(
         &bus,
         &repo_root()
-            .join("mdev-manager/topologies/ampere.toml")
+            .join("mdev-sim/topologies/ampere.toml")
             .to_string_lossy(),
         &["--profiles-dir", profiles.to_str().unwrap()],
     )
@@ -415,7 +415,7 @@ async fn ctrl_c_on_a_job_that_cannot_be_cancelled_says_so_and_a_second_stops_wai
         ..EngineConfig::default()
     };
     let host = InProcessService::start(
-        &repo_root().join("mdev-manager/topologies/default.toml"),
+        &repo_root().join("mdev-sim/topologies/default.toml"),
         config,
     )
     .await;

@@ -2,7 +2,7 @@
 //!
 //! Contract: [`parse_toml`] is pure; it refuses unknown keys and out-of-range values, and every
 //! error names the file, the line and the key (the `toml` crate's spans). The plan that turns a
-//! [`DesiredState`] into changes is computed by the service (`mdev_manager::engine::apply`).
+//! [`DesiredState`] into changes is computed by the service (`mdev_engine::apply`).
 
 use serde::{Deserialize, Serialize};
 

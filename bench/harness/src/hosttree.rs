@@ -5,11 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use mdev_manager::engine::{
-    CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig, InstanceInfo,
-};
-use mdev_manager::host::HostFs;
-use mdev_manager::sim::SimHost;
+use mdev_engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig, InstanceInfo};
+use mdev_host::HostFs;
+use mdev_sim::SimHost;
 
 use crate::error::{BenchError, Result};
 

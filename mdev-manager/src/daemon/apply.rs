@@ -13,8 +13,8 @@ use zbus::OwnedVariant;
 use super::auth::AuthRequest;
 use super::options::CallOptions;
 use super::{JobOutcome, Service};
-use crate::engine::apply::ApplyError;
-use crate::engine::{CancelToken, Engine, EngineError};
+use mdev_engine::apply::ApplyError;
+use mdev_engine::{CancelToken, Engine, EngineError};
 
 const METHOD: &str = "StartApply";
 

@@ -15,7 +15,7 @@ use super::auth::AuthRequest;
 use super::model::{InstanceData, ParentData, ProfileData, Shared, SriovData, TypeData};
 use super::options::CallOptions;
 use super::{JobOutcome, JobSpec, Service};
-use crate::engine::{
+use mdev_engine::{
     CancelToken, CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef,
 };
 
@@ -836,7 +836,7 @@ fn wait_for_parent(
 }
 
 /// A job's outcome listing instances: `<verb> <uuid>, <uuid>` and their paths.
-fn instances_outcome(verb: &str, instances: &[crate::engine::InstanceInfo]) -> JobOutcome {
+fn instances_outcome(verb: &str, instances: &[mdev_engine::InstanceInfo]) -> JobOutcome {
     let uuids: Vec<&str> = instances.iter().map(|info| info.uuid.as_str()).collect();
     JobOutcome {
         message: format!("{verb} {}", uuids.join(", ")),
@@ -1691,7 +1691,7 @@ impl JobIface {
 
 /// A telemetry row as the bus sends it: `N/A` as an empty string or `-1`.
 fn telemetry_entry(
-    row: crate::engine::nvidia_telemetry::VgpuTelemetry,
+    row: mdev_engine::nvidia_telemetry::VgpuTelemetry,
 ) -> dbus_api::wire::VgpuTelemetryEntry {
     let mib = |value: Option<u64>| value.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
     let percent = |value: Option<u32>| value.map_or(-1, |v| i32::try_from(v).unwrap_or(i32::MAX));

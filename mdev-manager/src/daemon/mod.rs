@@ -29,14 +29,14 @@ use zbus::names::InterfaceName;
 use zbus::object_server::{Interface, SignalEmitter};
 use zbus::{Connection, ObjectServer, OwnedObjectPath};
 
-use crate::engine::{
-    CancelToken, Engine, EngineError, EngineEvent, ReconcileAction, ReconcileReport,
-};
 use auth::Authorizer;
 pub use host_events::host_events;
 use interfaces::{
     InstanceIface, JobData, JobIface, ManagerIface, ParentIface, ProfileIface, SriovIface,
     TypeIface,
+};
+use mdev_engine::{
+    CancelToken, Engine, EngineError, EngineEvent, ReconcileAction, ReconcileReport,
 };
 use model::{changed_properties, Model, Properties, Shared};
 
@@ -59,40 +59,29 @@ pub enum DaemonError {
 
 /// The daemon's one mapping of the engine's failure classes onto the D-Bus error kinds: 1:1,
 /// by name. (`NotAuthorized` has no engine class: only the daemon's polkit check raises it.)
-impl From<crate::ErrorKind> for ErrorKind {
-    fn from(kind: crate::ErrorKind) -> Self {
-        match kind {
-            crate::ErrorKind::NotFound => ErrorKind::NotFound,
-            crate::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
-            crate::ErrorKind::InUse => ErrorKind::InUse,
-            crate::ErrorKind::NoCapacity => ErrorKind::NoCapacity,
-            crate::ErrorKind::InvalidArgs => ErrorKind::InvalidArgs,
-            crate::ErrorKind::NotSupported => ErrorKind::NotSupported,
-            crate::ErrorKind::Busy => ErrorKind::Busy,
-            crate::ErrorKind::TimedOut => ErrorKind::TimedOut,
-            crate::ErrorKind::Cancelled => ErrorKind::Cancelled,
-            crate::ErrorKind::Failed => ErrorKind::Failed,
-        }
+/// (A function, not a `From` impl: both enums live in other crates.)
+pub fn bus_kind(kind: mdev_engine::ErrorKind) -> ErrorKind {
+    match kind {
+        mdev_engine::ErrorKind::NotFound => ErrorKind::NotFound,
+        mdev_engine::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
+        mdev_engine::ErrorKind::InUse => ErrorKind::InUse,
+        mdev_engine::ErrorKind::NoCapacity => ErrorKind::NoCapacity,
+        mdev_engine::ErrorKind::InvalidArgs => ErrorKind::InvalidArgs,
+        mdev_engine::ErrorKind::NotSupported => ErrorKind::NotSupported,
+        mdev_engine::ErrorKind::Busy => ErrorKind::Busy,
+        mdev_engine::ErrorKind::TimedOut => ErrorKind::TimedOut,
+        mdev_engine::ErrorKind::Cancelled => ErrorKind::Cancelled,
+        mdev_engine::ErrorKind::Failed => ErrorKind::Failed,
     }
 }
 
 /// Maps an engine failure onto the typed D-Bus error of its kind; the message is the whole
 /// cause chain on one line.
 pub fn bus_error(error: &EngineError) -> BusError {
-    BusError::new(error.kind().into(), error_chain(error))
+    BusError::new(bus_kind(error.kind()), error_chain(error))
 }
 
-/// `error: cause: cause` on one line.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub use vgpu_types::error_chain;
 
 /// One line per reconcile action, for the `ReconcileReport` property and the log.
 pub fn describe_reconcile(report: &ReconcileReport) -> Vec<String> {
@@ -171,7 +160,7 @@ pub struct Service {
     /// Latency and failures of every operation served ([`Service::metered`], jobs).
     metrics: metrics::OperationMetrics,
     /// Whether each refresh brings `/etc/mdevctl.d` in step with the persistent instances
-    /// (`crate::mdevctl_mirror`); off until [`Service::enable_mdevctl_mirror`].
+    /// (`mdev_engine::mdevctl_mirror`); off until [`Service::enable_mdevctl_mirror`].
     mirror_mdevctl: std::sync::atomic::AtomicBool,
 }
 
@@ -208,7 +197,7 @@ impl Service {
     }
 
     /// Keeps mdevctl's definition files in step with the persistent instances from now on:
-    /// a sync runs with every refresh, under the refresh lock (`crate::mdevctl_mirror`).
+    /// a sync runs with every refresh, under the refresh lock (`mdev_engine::mdevctl_mirror`).
     pub fn enable_mdevctl_mirror(&self) {
         self.mirror_mdevctl.store(true, Ordering::SeqCst);
     }
@@ -529,7 +518,7 @@ impl Service {
     fn follow_events(
         self: &Arc<Self>,
         connection: Connection,
-        events: crate::engine::EventSubscription,
+        events: mdev_engine::EventSubscription,
     ) {
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<EngineEvent>();
         // The subscription blocks, so it gets a thread; it ends when the engine drops the

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use dbus_api::path;
 use zbus::{OwnedObjectPath, Variant};
 
-use crate::engine::{Engine, EngineError, InstanceInfo, Inventory, ProfileSummary};
+use mdev_engine::{Engine, EngineError, InstanceInfo, Inventory, ProfileSummary};
 
 /// A record shared between the service (which replaces it when the host changes) and the
 /// interface object serving it.
@@ -388,7 +388,7 @@ fn fill_missing_sriov_manage(model: &mut Model, engine: &Engine, inventory: &Inv
     let tool = &engine.config().nvidia_sriov_manage;
     let mut installed = None;
     for pf in &inventory.sriov_pfs {
-        if !crate::engine::nvidia_sriov::is_nvidia_pf(pf) || pf.num_vfs > 0 {
+        if !mdev_engine::nvidia_sriov::is_nvidia_pf(pf) || pf.num_vfs > 0 {
             continue;
         }
         if !*installed.get_or_insert_with(|| engine.host().commands().installed(tool)) {
@@ -397,7 +397,7 @@ fn fill_missing_sriov_manage(model: &mut Model, engine: &Engine, inventory: &Inv
                 parent.reason = format!(
                     "{} is not installed, so no VFs and no vGPU (it ships with {})",
                     tool.display(),
-                    crate::engine::nvidia_sriov::SRIOV_MANAGE_PACKAGE
+                    mdev_engine::nvidia_sriov::SRIOV_MANAGE_PACKAGE
                 );
             }
         }
@@ -421,7 +421,7 @@ fn fill_group_members(model: &mut Model, engine: &Engine) {
 }
 
 fn instance_data(info: &InstanceInfo) -> InstanceData {
-    use crate::engine::Owner;
+    use mdev_engine::Owner;
     InstanceData {
         uuid: info.uuid.clone(),
         kind: info.kind.to_string(),

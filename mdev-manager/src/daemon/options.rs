@@ -7,7 +7,7 @@ use dbus_api::names::{option, placement};
 use dbus_api::BusError;
 use zbus::OwnedVariant;
 
-use crate::engine::{PlacementPolicy, PlacementRequest};
+use mdev_engine::{PlacementPolicy, PlacementRequest};
 
 /// The options of one call, after checking every key against what the method accepts.
 #[derive(Debug)]

@@ -15,8 +15,8 @@ use super::auth::AuthRequest;
 use super::model::Model;
 use super::options::CallOptions;
 use super::{error_chain, Service};
-use crate::engine::Engine;
-use crate::schedule::{ParentScheduleChange, ParentScheduleStatus, ScheduleError};
+use mdev_engine::schedule::{ParentScheduleChange, ParentScheduleStatus, ScheduleError};
+use mdev_engine::Engine;
 
 /// The scheduling properties of an Instance object.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -105,7 +105,7 @@ fn parent_data(status: &ParentScheduleStatus) -> ParentScheduleData {
 
 /// Fills the scheduling properties of the model's parents and instances from the engine
 /// (blocking: called from `Model::read`).
-pub fn fill(model: &mut Model, engine: &Engine, inventory: &crate::engine::Inventory) {
+pub fn fill(model: &mut Model, engine: &Engine, inventory: &mdev_engine::Inventory) {
     for status in engine.schedule_overview_of(inventory) {
         if let Some(parent) = model.parents.get_mut(&path::parent_path(&status.parent)) {
             parent.schedule = parent_data(&status);
@@ -134,7 +134,7 @@ pub fn fill(model: &mut Model, engine: &Engine, inventory: &crate::engine::Inven
 }
 
 fn bus_error(error: &ScheduleError) -> BusError {
-    BusError::new(error.kind().into(), error_chain(error))
+    BusError::new(super::bus_kind(error.kind()), error_chain(error))
 }
 
 async fn call<T, F>(service: &Service, f: F) -> Result<T, BusError>

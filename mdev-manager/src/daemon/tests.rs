@@ -13,9 +13,9 @@ use zbus::{Connection, Variant};
 
 use super::auth::{AllowAll, Authorizer, DenyAll};
 use super::{introspection_xml, Service};
-use crate::engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig};
-use crate::sim::SimHost;
 use dbus_api::interface_blocks;
+use mdev_engine::{CreateRequest, CreateTarget, DiskFiles, Engine, EngineConfig};
+use mdev_sim::SimHost;
 
 struct Fixture {
     _state: tempfile::TempDir,
@@ -618,5 +618,30 @@ async fn an_nvidia_pf_without_sriov_manage_has_the_missing_tool_as_its_reason() 
     assert_eq!(
         snapshot.parent("0000:0c:00.0").expect("the S7150").reason,
         ""
+    );
+}
+
+/// The daemon maps each class onto the D-Bus error of the same name (the one mapping is
+/// `daemon::bus_kind`); every class has a bus kind.
+#[test]
+fn every_class_maps_to_the_dbus_error_of_its_name() {
+    let mut names: Vec<&str> = mdev_engine::ErrorKind::ALL
+        .iter()
+        .map(|kind| kind.name())
+        .collect();
+    for kind in mdev_engine::ErrorKind::ALL {
+        let bus = crate::daemon::bus_kind(kind);
+        assert_eq!(bus.short_name(), kind.name());
+        assert_eq!(
+            bus.dbus_name(),
+            format!("org.mdevmanager.VGpu1.Error.{}", kind.name())
+        );
+    }
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(
+        names.len(),
+        mdev_engine::ErrorKind::ALL.len(),
+        "names are distinct"
     );
 }

@@ -29,10 +29,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use mdev_manager::engine::{Engine, EngineConfig, InstanceInfo};
-use mdev_manager::host::{command::HostCommands, HostFs};
-use mdev_manager::sim::{Fault, SimHost, Topology};
-use mdev_manager::state::StateFiles;
+use mdev_engine::{Engine, EngineConfig, InstanceInfo};
+use mdev_host::{HostCommands, HostFs};
+use mdev_sim::{Fault, SimHost, Topology};
+use mdev_engine::state::StateFiles;
 
 use crate::torture::{perform, Op, Outcome, PF, TOPOLOGY};
 
@@ -511,11 +511,11 @@ fn check(
         .filter_map(|i| i.vf.map(|vf| vf.to_string()))
         .collect();
     if let Ok(pf) = PF.parse() {
-        if let Some(sriov) = mdev_manager::discovery::read_sriov_pf(sim, pf) {
+        if let Some(sriov) = mdev_host::discovery::read_sriov_pf(sim, pf) {
             for vf in &sriov.vfs {
                 let address = vf.function.address.to_string();
                 assert!(
-                    vf.function.driver.as_deref() != Some(mdev_manager::lifecycle::VFIO_PCI)
+                    vf.function.driver.as_deref() != Some(mdev_host::discovery::VFIO_PCI)
                         || held.contains(&address),
                     "{label}: orphan: VF {address} is bound to vfio-pci but no instance holds it"
                 );

@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 
+use mdev_host::discovery::names;
 use mdev_manager::daemon::options::CallOptions;
-use mdev_manager::discovery::names;
 use vgpu_profiles::vendor::{
     self, CreatableVgpuType, GvtDescription, MbochsDescription, MdevTypeAttributes, MdevTypeInfo,
     MdpyDescription, MigGpuInstance, MigGpuInstanceProfile, MigPlacements, MigProfileName,
@@ -191,7 +191,7 @@ pub fn vendor_parsers(data: &[u8]) {
 /// What it accepts becomes sysfs writes, so no accepted name may leave its directory and no
 /// accepted value may carry a second line.
 pub fn mdevctl_json(data: &[u8]) {
-    let Ok(definition) = mdev_manager::import::parse_definition("fuzz.json", data) else {
+    let Ok(definition) = mdev_engine::import::parse_definition("fuzz.json", data) else {
         return;
     };
     check_imported_definition(&definition);
@@ -201,7 +201,7 @@ pub fn mdevctl_json(data: &[u8]) {
 /// attribute names that stay inside their sysfs directory, values of one line. Panics naming
 /// the first that does not hold. Public so the corpus test can show that each check fires on a
 /// definition that breaks it (the parser never yields one, so the fuzzer alone cannot).
-pub fn check_imported_definition(definition: &mdev_manager::import::ImportedDefinition) {
+pub fn check_imported_definition(definition: &mdev_engine::import::ImportedDefinition) {
     assert_safe_name("mdev type", &definition.type_id);
     for (name, value) in &definition.attributes {
         for part in name.split('/') {

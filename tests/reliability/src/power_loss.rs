@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 
-use mdev_manager::state::{DiskFiles, StateFiles};
+use mdev_engine::state::{DiskFiles, StateFiles};
 
 /// How the interrupted write was being made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

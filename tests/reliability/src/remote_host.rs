@@ -16,7 +16,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use mdev_manager::host::HostFs;
+use mdev_host::HostFs;
 use serde::{Deserialize, Serialize};
 
 /// One file operation.

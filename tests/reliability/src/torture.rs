@@ -28,13 +28,13 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mdev_manager::engine::{
+use mdev_engine::state::{DiskFiles, Scheduling};
+use mdev_engine::{
     CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef, Engine, EngineConfig,
     InstanceInfo, ReconcileAction, ReconcileReport,
 };
-use mdev_manager::host::HostFs;
-use mdev_manager::sim::{Fault, SimHost};
-use mdev_manager::state::{DiskFiles, Scheduling};
+use mdev_host::HostFs;
+use mdev_sim::{Fault, SimHost};
 use serde::{Deserialize, Serialize};
 
 use crate::remote_host::{answer, RemoteHost, Request, Response};
@@ -263,7 +263,7 @@ pub fn perform(engine: &Engine, op: &Op) -> Outcome {
             type_id: type_id.to_string(),
         })
     };
-    let result: Result<Vec<String>, mdev_manager::engine::EngineError> = match op {
+    let result: Result<Vec<String>, mdev_engine::EngineError> = match op {
         Op::CreateMdev {
             parent,
             type_id,
@@ -1461,7 +1461,7 @@ fn check_round(
     for vf in orphaned_vfs {
         let _ = sim.write(
             &Path::new("/sys/bus/pci/drivers")
-                .join(mdev_manager::lifecycle::VFIO_PCI)
+                .join(mdev_host::discovery::VFIO_PCI)
                 .join("unbind"),
             vf.as_bytes(),
         );
@@ -1473,13 +1473,13 @@ fn vfio_bound_vfs(sim: &SimHost) -> Vec<String> {
     let Ok(pf) = PF.parse() else {
         return Vec::new();
     };
-    mdev_manager::discovery::read_sriov_pf(sim, pf)
+    mdev_host::discovery::read_sriov_pf(sim, pf)
         .map(|sriov| {
             sriov
                 .vfs
                 .iter()
                 .filter(|vf| {
-                    vf.function.driver.as_deref() == Some(mdev_manager::lifecycle::VFIO_PCI)
+                    vf.function.driver.as_deref() == Some(mdev_host::discovery::VFIO_PCI)
                 })
                 .map(|vf| vf.function.address.to_string())
                 .collect()

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use e2e_tests::bus::{stderr_of, vgpuctl, workspace_binary, TestBus};
-use mdev_manager::daemon::auth::AllowAll;
-use mdev_manager::daemon::Service;
-use mdev_manager::engine::{
+use mdev_engine::{
     CreateRequest, CreateTarget, DeviceRequest, DiskFiles, DomainRef, Engine, EngineConfig,
 };
-use mdev_manager::sim::{Fault, SimHost};
+use mdev_manager::daemon::auth::AllowAll;
+use mdev_manager::daemon::Service;
+use mdev_sim::{Fault, SimHost};
 use zbus::Connection;
 
 struct Setup {

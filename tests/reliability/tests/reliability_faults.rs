@@ -14,10 +14,10 @@ use std::time::Duration;
 use dbus_api::names::{device_key, ERROR_PREFIX};
 use dbus_api::proxy::{InstanceProxy, ManagerProxy};
 use e2e_tests::bus::TestBus;
+use mdev_engine::{DiskFiles, Engine, EngineConfig};
 use mdev_manager::daemon::auth::AllowAll;
 use mdev_manager::daemon::Service;
-use mdev_manager::engine::{DiskFiles, Engine, EngineConfig};
-use mdev_manager::sim::{Fault, SimHost};
+use mdev_sim::{Fault, SimHost};
 use zbus::{Connection, Variant};
 
 struct Setup {

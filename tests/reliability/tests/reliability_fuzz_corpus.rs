@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use mdev_manager::import::ImportedDefinition;
+use mdev_engine::import::ImportedDefinition;
 use reliability::fuzz_entry::{self, TARGETS};
 use zbus::wire::serialized::{Context, Data};
 use zbus::wire::{OwnedVariant, LE};
@@ -61,7 +61,7 @@ fn dbus_seeds_are_real_wire_dictionaries() {
 #[test]
 fn escaping_inputs_are_refused_by_the_parsers() {
     let escape = std::fs::read(corpus_dir("mdevctl_json").join("escape")).expect("escape seed");
-    assert!(mdev_manager::import::parse_definition("escape", &escape).is_err());
+    assert!(mdev_engine::import::parse_definition("escape", &escape).is_err());
     // A definition that parses runs clean through the entry point and its checks.
     fuzz_entry::mdevctl_json(br#"{"mdev_type": "nvidia-63", "start": "auto"}"#);
 }

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mdev_manager::engine::{CreateRequest, CreateTarget, Engine, EngineConfig};
-use mdev_manager::sim::SimHost;
-use mdev_manager::state::{self, DiskFiles, StateFiles};
+use mdev_engine::state::{self, DiskFiles, StateFiles};
+use mdev_engine::{CreateRequest, CreateTarget, Engine, EngineConfig};
+use mdev_sim::SimHost;
 use reliability::power_loss::{PowerCut, PowerLossFiles, UnsyncedWrite};
 
 const DURABLE: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";

@@ -24,9 +24,9 @@ use dbus_api::wire::InstanceEntry;
 use e2e_tests::bus::{repo_root, service_signals};
 use e2e_tests::in_process::InProcessService;
 use futures_util::StreamExt;
-use mdev_manager::discovery::{self, names::PciAddress};
-use mdev_manager::engine::EngineConfig;
-use mdev_manager::sim::Fault;
+use mdev_engine::EngineConfig;
+use mdev_host::discovery::{self, names::PciAddress};
+use mdev_sim::Fault;
 use zbus::{MessageStream, OwnedObjectPath, Variant};
 
 const T4: &str = "0000:3b:00.0";
@@ -54,7 +54,7 @@ async fn start() -> InProcessService {
         ..EngineConfig::default()
     };
     InProcessService::start(
-        &repo_root().join("mdev-manager/topologies/default.toml"),
+        &repo_root().join("mdev-sim/topologies/default.toml"),
         config,
     )
     .await

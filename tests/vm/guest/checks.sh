@@ -1,7 +1,7 @@
 # The check groups (sourced by main.sh). Each group_<name> records one line per check.
 
 # Loads the sample parents with the topology the simulated host mirrors
-# (mdev-manager/topologies: mtty, mbochs count=64, mdpy count=4) and VFIO.
+# (mdev-sim/topologies: mtty, mbochs count=64, mdpy count=4) and VFIO.
 group_modules() {
   check modules.vfio_pci modprobe vfio-pci
   check modules.mtty modprobe mtty

@@ -9,11 +9,9 @@ use std::time::{Duration, Instant};
 
 use dbus_api::names::option;
 use dbus_api::proxy::ManagerProxy;
-use mdev_manager::engine::{
-    CreateRequest, CreateTarget, DestroyOptions, DiskFiles, Engine, EngineConfig,
-};
-use mdev_manager::host::HostFs;
-use mdev_manager::sim::SimHost;
+use mdev_engine::{CreateRequest, CreateTarget, DestroyOptions, DiskFiles, Engine, EngineConfig};
+use mdev_host::HostFs;
+use mdev_sim::SimHost;
 use zbus::zvariant::Variant;
 use zbus::OwnedObjectPath;
 

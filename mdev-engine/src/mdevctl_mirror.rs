@@ -1,0 +1,167 @@
+//! Mirrored mdevctl definitions: `/etc/mdevctl.d/<parent>/<uuid>` (under the host root) kept
+//! in step with the engine's persistent mdev instances, in mdevctl's own format (its
+//! `write_config`: pretty JSON `{"mdev_type", "start", "attrs"}`, no trailing newline), so
+//! libvirt's watch on that directory and mdevctl's tools see what the service defines.
+//!
+//! Contract: only files the mirror wrote are ever rewritten or removed. They are listed, with
+//! the bytes written, in `<state dir>/mdevctl-mirror.json`; a definition file that exists and
+//! is not listed (mdevctl's own, or the admin's) is taken over only when it already holds the
+//! same bytes (an imported definition), else left alone and reported. Writes are atomic
+//! (`StateFiles::write_atomic`). A sync is one pass; the caller runs passes one at a time (the
+//! service runs them under its refresh lock).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::{lock, Engine, InstanceKind};
+
+/// The list of files the mirror owns, in the state directory.
+pub const MANIFEST: &str = "mdevctl-mirror.json";
+
+/// What one sync did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MirrorReport {
+    /// Files written (new or changed), host paths.
+    pub written: Vec<String>,
+    /// Files removed (instance gone or no longer persistent), host paths.
+    pub removed: Vec<String>,
+    /// Definition files that exist with other bytes and were not written by the mirror: left
+    /// alone (host paths).
+    pub left_alone: Vec<String>,
+    /// Files that could not be read, written or removed, each `PATH: why`.
+    pub problems: Vec<String>,
+}
+
+/// mdevctl's definition file content for a type, start mode and attributes.
+pub fn definition_text(type_id: &str, autostart: bool, attributes: &[(String, String)]) -> String {
+    let quote = |text: &str| serde_json::Value::String(text.to_owned()).to_string();
+    let start = if autostart { "auto" } else { "manual" };
+    let attrs = if attributes.is_empty() {
+        "[]".to_owned()
+    } else {
+        let items: Vec<String> = attributes
+            .iter()
+            .map(|(name, value)| format!("    {{\n      {}: {}\n    }}", quote(name), quote(value)))
+            .collect();
+        format!("[\n{}\n  ]", items.join(",\n"))
+    };
+    format!(
+        "{{\n  \"mdev_type\": {},\n  \"start\": \"{start}\",\n  \"attrs\": {attrs}\n}}",
+        quote(type_id)
+    )
+}
+
+impl Engine {
+    /// Brings `/etc/mdevctl.d` in step with the persistent mdev instances (see the module
+    /// contract). Never fails: what cannot be done is in the report.
+    pub fn sync_mdevctl_mirror(&self) -> MirrorReport {
+        let mut report = MirrorReport::default();
+        let manifest_path = self.config.state_dir.join(MANIFEST);
+        let mut owned: BTreeMap<String, String> = match self.files.read(&manifest_path) {
+            Ok(Some(data)) => serde_json::from_slice(&data).unwrap_or_else(|error| {
+                report.problems.push(format!(
+                    "{}: {error}; starting a new list",
+                    manifest_path.display()
+                ));
+                BTreeMap::new()
+            }),
+            Ok(None) => BTreeMap::new(),
+            Err(error) => {
+                report
+                    .problems
+                    .push(format!("{}: {error}", manifest_path.display()));
+                return report;
+            }
+        };
+        let desired: BTreeMap<String, String> = lock(&self.state)
+            .instances
+            .values()
+            .filter(|record| record.persistent && record.kind == InstanceKind::Mdev)
+            .map(|record| {
+                let path = self.mirror_path(&record.parent, &record.uuid);
+                let text = definition_text(&record.type_id, record.autostart, &record.attributes);
+                (path.display().to_string(), text)
+            })
+            .collect();
+        let before = owned.clone();
+        for (path, text) in &desired {
+            if owned.get(path) == Some(text) {
+                continue;
+            }
+            let file = Path::new(path);
+            if !owned.contains_key(path) {
+                match self.files.read(file) {
+                    Ok(None) => {}
+                    // mdevctl's own file with the same definition (an imported instance):
+                    // the mirror takes it over.
+                    Ok(Some(existing)) if existing == text.as_bytes() => {
+                        owned.insert(path.clone(), text.clone());
+                        continue;
+                    }
+                    Ok(Some(_)) => {
+                        report.left_alone.push(path.clone());
+                        continue;
+                    }
+                    Err(error) => {
+                        report.problems.push(format!("{path}: {error}"));
+                        continue;
+                    }
+                }
+            }
+            match self.files.write_atomic(file, text.as_bytes()) {
+                Ok(()) => {
+                    owned.insert(path.clone(), text.clone());
+                    report.written.push(path.clone());
+                }
+                Err(error) => report.problems.push(format!("{path}: {error}")),
+            }
+        }
+        let stale: Vec<String> = owned
+            .keys()
+            .filter(|path| !desired.contains_key(*path))
+            .cloned()
+            .collect();
+        for path in stale {
+            match self.files.remove(Path::new(&path)) {
+                Ok(()) => {
+                    owned.remove(&path);
+                    report.removed.push(path);
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    owned.remove(&path);
+                }
+                Err(error) => report.problems.push(format!("{path}: {error}")),
+            }
+        }
+        if owned != before {
+            let data = serde_json::to_vec_pretty(&owned).unwrap_or_default();
+            if let Err(error) = self.files.write_atomic(&manifest_path, &data) {
+                report
+                    .problems
+                    .push(format!("{}: {error}", manifest_path.display()));
+            }
+        }
+        report
+    }
+
+    fn mirror_path(&self, parent: &str, uuid: &str) -> PathBuf {
+        self.config.mdevctl_dir.join(parent).join(uuid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definition_files_have_mdevctls_bytes() {
+        assert_eq!(
+            definition_text("mtty-2", true, &[]),
+            "{\n  \"mdev_type\": \"mtty-2\",\n  \"start\": \"auto\",\n  \"attrs\": []\n}"
+        );
+        assert_eq!(
+            definition_text("t", false, &[("a".into(), "1".into()), ("b".into(), "x\"".into())]),
+            "{\n  \"mdev_type\": \"t\",\n  \"start\": \"manual\",\n  \"attrs\": [\n    {\n      \"a\": \"1\"\n    },\n    {\n      \"b\": \"x\\\"\"\n    }\n  ]\n}"
+        );
+    }
+}

@@ -1,0 +1,510 @@
+//! Persistence: the desired state (`/var/lib/mdev-manager/state.json` under the root),
+//! schema-versioned and written atomically (temp file, fsync, rename, fsync dir).
+//!
+//! Regular files (the state, pending releases, mdevctl definitions, profiles) go through the
+//! small [`StateFiles`] trait rather than [`mdev_host::HostFs`]: they are not kernel files,
+//! and a test can put a lossy implementation behind it to simulate power loss.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use mdev_host::discovery::names::PciAddress;
+
+/// The schema version this build writes and reads.
+pub const STATE_SCHEMA_VERSION: u32 = 1;
+
+/// File name of the state store inside the state directory.
+pub const STATE_FILE_NAME: &str = "state.json";
+
+/// Directory (inside the state directory) where the hook leaves releases it could not deliver.
+pub const PENDING_RELEASES_DIR: &str = "pending-releases";
+
+/// What [`DiskFiles::write_atomic`] puts between a file's name and the writer's pid to name
+/// its temporary file (`state.json.tmp.1234`).
+const TEMP_INFIX: &str = ".tmp.";
+
+/// The files of the state directory's top level that only the daemon writes. Their temporary
+/// files (`<name>.tmp.<pid>`) are the daemon's alone, so [`remove_stale_temp_files`] may
+/// remove them; the hook's files (under [`PENDING_RELEASES_DIR`]) are never touched.
+pub const DAEMON_WRITTEN_FILES: &[&str] = &[STATE_FILE_NAME];
+
+/// What kind of device an instance is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceKind {
+    /// A VFIO mediated device.
+    Mdev,
+    /// An SR-IOV VF bound to `vfio-pci`.
+    Vf,
+    /// An NVIDIA SR-IOV vGPU: a VF with a type written to `nvidia/current_vgpu_type`.
+    NvidiaVf,
+    /// A whole GPU and the rest of its IOMMU group bound to `vfio-pci` (see
+    /// [`crate::passthrough`]).
+    Passthrough,
+}
+
+impl fmt::Display for InstanceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Mdev => "mdev",
+            Self::Vf => "vf",
+            Self::NvidiaVf => "nvidia-vf",
+            Self::Passthrough => "passthrough",
+        })
+    }
+}
+
+/// Why the manager may remove an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Owner {
+    /// The manager created it.
+    CreatedByUs,
+    /// It existed before (or came from mdevctl) and a caller adopted it explicitly.
+    Adopted,
+}
+
+/// The domain holding an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// libvirt domain name.
+    pub domain_name: String,
+    /// libvirt domain UUID (lower case).
+    pub domain_uuid: String,
+    /// Whether the instance was created for this claim and is destroyed on release.
+    pub transient: bool,
+    /// Whether the claim started a defined (inactive) persistent instance, which release stops
+    /// again unless it is autostart.
+    #[serde(default)]
+    pub started_by_claim: bool,
+}
+
+/// Per-instance scheduling fields (interpreted by `vgpu-sched`; stored here untouched).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scheduling {
+    /// Proportional weight (1..=10000), if set.
+    pub weight: Option<u32>,
+    /// Guaranteed share, if set.
+    pub min_share: Option<u32>,
+    /// Cap, if set.
+    pub max_share: Option<u32>,
+}
+
+/// One instance the manager knows about (created or adopted, live or only defined).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    /// The instance's UUID (lower case). For a VF instance it is the handle the manager gave it.
+    pub uuid: String,
+    /// Device kind.
+    pub kind: InstanceKind,
+    /// Parent: mdev parent name for mdevs, the PF address for VF kinds.
+    pub parent: String,
+    /// mdev type id, or the NVIDIA vGPU type id (decimal) for `nvidia-vf`, or `vfio-pci` for VFs.
+    pub type_id: String,
+    /// The profile it was made from, if any.
+    pub profile: Option<String>,
+    /// Ownership.
+    pub owner: Owner,
+    /// Recreated on start / after reboot.
+    pub autostart: bool,
+    /// Kept as a definition when stopped (otherwise forgotten when it goes away).
+    pub persistent: bool,
+    /// The domain holding it, if claimed.
+    pub claim: Option<Claim>,
+    /// Scheduling fields.
+    #[serde(flatten)]
+    pub scheduling: Scheduling,
+    /// Vendor attributes written in order after creation (`name`, `value`).
+    #[serde(default)]
+    pub attributes: Vec<(String, String)>,
+    /// The VF address for VF kinds.
+    #[serde(default)]
+    pub vf: Option<PciAddress>,
+    /// The driver a VF was bound to before we took it (given back on release).
+    #[serde(default)]
+    pub previous_driver: Option<String>,
+    /// Pass-through: its IOMMU group was taken with `force` (a member serves the host or is
+    /// not a function of the GPU), so starting it again (reconcile, `start`, a claim) takes it
+    /// the same way. Written only when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+}
+
+/// Per-parent desired state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ParentRecord {
+    /// Scheduling policy (opaque to the engine; `vgpu-sched` gives it meaning).
+    #[serde(default)]
+    pub schedule: Option<serde_json::Value>,
+    /// For an SR-IOV PF: the VF count the manager set (restored after a reboot).
+    #[serde(default)]
+    pub num_vfs: Option<u32>,
+}
+
+/// The whole state file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateFile {
+    /// Schema version ([`STATE_SCHEMA_VERSION`]).
+    pub schema_version: u32,
+    /// Instances by UUID.
+    #[serde(default)]
+    pub instances: BTreeMap<String, InstanceRecord>,
+    /// Parents by name (mdev parent name or PF address).
+    #[serde(default)]
+    pub parents: BTreeMap<String, ParentRecord>,
+    /// Group bindings of pass-through instances, by instance UUID.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub passthrough: BTreeMap<String, crate::passthrough::GroupBinding>,
+    /// UUIDs a batch create is making right now (saved before its first sysfs write, cleared
+    /// with the batch's one save of its records). After a crash, reconcile removes whatever
+    /// of them exists: the batch never reported success.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub pending_creates: BTreeSet<String>,
+    /// UUIDs a batch destroy is removing right now (saved before its first sysfs write when a
+    /// persistent instance is among them). After a crash, reconcile finishes them.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub pending_destroys: BTreeSet<String>,
+    /// Write-ahead intents: what a host write is about to make, saved before it, by instance
+    /// UUID (or PF address for a VF count). After a crash reconcile undoes each (see
+    /// `engine::intents`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub intents: BTreeMap<String, crate::intents::Intent>,
+}
+
+impl Default for StateFile {
+    fn default() -> Self {
+        Self {
+            schema_version: STATE_SCHEMA_VERSION,
+            instances: BTreeMap::new(),
+            parents: BTreeMap::new(),
+            passthrough: BTreeMap::new(),
+            pending_creates: BTreeSet::new(),
+            pending_destroys: BTreeSet::new(),
+            intents: BTreeMap::new(),
+        }
+    }
+}
+
+/// Failures of the state store.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Reading or writing a state file failed.
+    #[error("cannot {op} {path}")]
+    Io {
+        /// `read`, `write`, `list` or `remove`.
+        op: &'static str,
+        /// The host path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The state file is not valid JSON of the expected shape.
+    #[error("state file {path} is corrupt")]
+    Corrupt {
+        /// The host path.
+        path: PathBuf,
+        /// The parser's complaint.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The state file was written by a newer (or unknown) schema.
+    #[error(
+        "state file {path} has schema version {found}, this build reads {STATE_SCHEMA_VERSION}"
+    )]
+    Schema {
+        /// The host path.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+    },
+}
+
+impl StateError {
+    /// The error class.
+    pub fn kind(&self) -> crate::ErrorKind {
+        crate::ErrorKind::Failed
+    }
+}
+
+/// Regular-file operations under the host root (state, pending releases, mdevctl definitions,
+/// profiles). Paths are host-absolute, like [`mdev_host::HostFs`].
+pub trait StateFiles: Send + Sync + fmt::Debug {
+    /// Reads a file; `Ok(None)` when it does not exist.
+    fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
+    /// Replaces a file atomically and durably (temp file, fsync, rename, fsync directory),
+    /// creating its directory if needed.
+    fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()>;
+    /// Lists a directory; empty when it does not exist.
+    fn list(&self, dir: &Path) -> io::Result<Vec<OsString>>;
+    /// Removes a file; succeeds when it is already gone.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+}
+
+/// [`StateFiles`] on the real file system, re-rooted under `root` like [`mdev_host::RealFs`].
+#[derive(Debug, Clone)]
+pub struct DiskFiles {
+    root: PathBuf,
+}
+
+impl DiskFiles {
+    /// Files under `root` (`/` on a real host).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    fn resolve(&self, path: &Path) -> io::Result<PathBuf> {
+        mdev_host::resolve_under(&self.root, path)
+    }
+}
+
+impl StateFiles for DiskFiles {
+    fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        match std::fs::read(self.resolve(path)?) {
+            Ok(data) => Ok(Some(data)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        let target = self.resolve(path)?;
+        let dir = target.parent().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "state path has no directory")
+        })?;
+        std::fs::create_dir_all(dir)?;
+        let mut temp_name = target.file_name().unwrap_or_default().to_owned();
+        temp_name.push(format!("{TEMP_INFIX}{}", std::process::id()));
+        let temp = dir.join(temp_name);
+        let result = (|| {
+            let mut file = std::fs::File::create(&temp)?;
+            file.write_all(data)?;
+            file.sync_all()?;
+            std::fs::rename(&temp, &target)?;
+            // The rename is durable only once the directory entry is.
+            std::fs::File::open(dir)?.sync_all()
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        result
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<OsString>> {
+        match std::fs::read_dir(self.resolve(dir)?) {
+            Ok(entries) => entries.map(|entry| entry.map(|e| e.file_name())).collect(),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        match std::fs::remove_file(self.resolve(path)?) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Loads the state file from `state_dir`; a missing file is an empty state.
+pub fn load(files: &dyn StateFiles, state_dir: &Path) -> Result<StateFile, StateError> {
+    let path = state_dir.join(STATE_FILE_NAME);
+    let Some(data) = files.read(&path).map_err(|source| StateError::Io {
+        op: "read",
+        path: path.clone(),
+        source,
+    })?
+    else {
+        return Ok(StateFile::default());
+    };
+    #[derive(Deserialize)]
+    struct Version {
+        schema_version: u32,
+    }
+    let version: Version = serde_json::from_slice(&data).map_err(|source| StateError::Corrupt {
+        path: path.clone(),
+        source,
+    })?;
+    if version.schema_version != STATE_SCHEMA_VERSION {
+        return Err(StateError::Schema {
+            path,
+            found: version.schema_version,
+        });
+    }
+    serde_json::from_slice(&data).map_err(|source| StateError::Corrupt { path, source })
+}
+
+/// Writes the state file into `state_dir` atomically.
+pub fn save(files: &dyn StateFiles, state_dir: &Path, state: &StateFile) -> Result<(), StateError> {
+    let path = state_dir.join(STATE_FILE_NAME);
+    let mut data = serde_json::to_vec_pretty(state).map_err(|source| StateError::Corrupt {
+        path: path.clone(),
+        source,
+    })?;
+    data.push(b'\n');
+    files
+        .write_atomic(&path, &data)
+        .map_err(|source| StateError::Io {
+            op: "write",
+            path,
+            source,
+        })
+}
+
+/// Removes the temporary files a writer killed inside [`StateFiles::write_atomic`] left in
+/// `state_dir` (`state.json.tmp.<pid>`; see [`DAEMON_WRITTEN_FILES`]) and returns their
+/// paths. Call it only while holding the state directory's lock
+/// ([`crate::daemon::single_instance::StateDirLock`]): then no live writer's file is among them.
+pub fn remove_stale_temp_files(
+    files: &dyn StateFiles,
+    state_dir: &Path,
+) -> Result<Vec<PathBuf>, StateError> {
+    let names = files.list(state_dir).map_err(|source| StateError::Io {
+        op: "list",
+        path: state_dir.to_path_buf(),
+        source,
+    })?;
+    let mut removed = Vec::new();
+    for name in names {
+        let Some(name) = name.to_str() else { continue };
+        if !is_temp_file_of_daemon_file(name) {
+            continue;
+        }
+        let path = state_dir.join(name);
+        files.remove(&path).map_err(|source| StateError::Io {
+            op: "remove",
+            path: path.clone(),
+            source,
+        })?;
+        removed.push(path);
+    }
+    removed.sort();
+    Ok(removed)
+}
+
+/// Whether `name` is `<one of DAEMON_WRITTEN_FILES>.tmp.<digits>`.
+fn is_temp_file_of_daemon_file(name: &str) -> bool {
+    DAEMON_WRITTEN_FILES.iter().any(|file| {
+        name.strip_prefix(file)
+            .and_then(|rest| rest.strip_prefix(TEMP_INFIX))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_temp_files_of_the_state_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = DiskFiles::new(dir.path());
+        let state_dir = Path::new("/var/lib/mdev-manager");
+        let mut state = StateFile::default();
+        state.parents.insert(
+            "0000:4b:00.0".into(),
+            ParentRecord {
+                schedule: None,
+                num_vfs: Some(2),
+            },
+        );
+        save(&files, state_dir, &state).unwrap();
+        let real_dir = dir.path().join("var/lib/mdev-manager");
+        for name in ["state.json.tmp.41", "state.json.tmp.1234567"] {
+            std::fs::write(real_dir.join(name), b"{\"schema_ver").unwrap();
+        }
+        // Not temporary files of the daemon's: kept.
+        let kept = [
+            "state.json.tmp.",
+            "state.json.tmp.12x",
+            "notes.tmp.12",
+            "mdev-manager.lock",
+        ];
+        for name in kept {
+            std::fs::write(real_dir.join(name), b"x").unwrap();
+        }
+        std::fs::create_dir_all(real_dir.join(PENDING_RELEASES_DIR)).unwrap();
+        std::fs::write(
+            real_dir
+                .join(PENDING_RELEASES_DIR)
+                .join("state.json.tmp.77"),
+            b"x",
+        )
+        .unwrap();
+
+        let removed = remove_stale_temp_files(&files, state_dir).unwrap();
+        assert_eq!(
+            removed,
+            [
+                state_dir.join("state.json.tmp.1234567"),
+                state_dir.join("state.json.tmp.41")
+            ]
+        );
+        let mut left: Vec<_> = std::fs::read_dir(&real_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut expected: Vec<String> = kept.iter().map(|n| n.to_string()).collect();
+        expected.push(PENDING_RELEASES_DIR.into());
+        expected.push(STATE_FILE_NAME.into());
+        expected.sort();
+        assert_eq!(left, expected);
+        assert!(real_dir
+            .join(PENDING_RELEASES_DIR)
+            .join("state.json.tmp.77")
+            .exists());
+        assert_eq!(load(&files, state_dir).unwrap(), state);
+        assert!(remove_stale_temp_files(&files, state_dir)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn save_then_load_round_trips_and_leaves_no_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = DiskFiles::new(dir.path());
+        let state_dir = Path::new("/var/lib/mdev-manager");
+        assert_eq!(
+            load(&files, state_dir).unwrap(),
+            StateFile::default(),
+            "missing file = empty state"
+        );
+        let mut state = StateFile::default();
+        state.parents.insert(
+            "0000:4b:00.0".into(),
+            ParentRecord {
+                schedule: None,
+                num_vfs: Some(4),
+            },
+        );
+        save(&files, state_dir, &state).unwrap();
+        assert_eq!(load(&files, state_dir).unwrap(), state);
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("var/lib/mdev-manager"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [OsString::from(STATE_FILE_NAME)]);
+    }
+
+    #[test]
+    fn disk_files_refuse_paths_leaving_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = DiskFiles::new(dir.path());
+        assert!(files
+            .write_atomic(Path::new("/var/../../etc/passwd"), b"x")
+            .is_err());
+        assert!(files.read(Path::new("/../x")).is_err());
+        assert_eq!(
+            files.list(Path::new("/nonexistent")).unwrap(),
+            Vec::<OsString>::new()
+        );
+        files.remove(Path::new("/nonexistent/file")).unwrap();
+    }
+}
