@@ -19,7 +19,7 @@ use vgpu_profiles::desired::{DesiredInstances, DesiredState};
 
 use super::{
     CreateRequest, CreateTarget, DestroyOptions, Engine, EngineError, InstanceInfo, InstanceKind,
-    Owner, Scheduling,
+    OperationContext, Owner, Scheduling,
 };
 use mdev_host::error::ErrorKind;
 
@@ -449,8 +449,20 @@ impl Engine {
     }
 
     /// Applies `plan` all or nothing (see the module header). A plan with refusals is refused
-    /// whole ([`ApplyError::Refused`]).
+    /// whole ([`ApplyError::Refused`]). Runs with the default context (see
+    /// [`Engine::apply_plan_with`]).
     pub fn apply_plan(&self, plan: &ApplyPlan) -> Result<ApplyReport, EngineError> {
+        self.apply_plan_with(&OperationContext::default(), plan)
+    }
+
+    /// [`Engine::apply_plan`] with `ctx`: a cancel stops the step running (the VF counts, the
+    /// creates) and the plan is rolled back. The rollback itself runs with the default
+    /// context, so the cancel that caused it does not stop it half-way.
+    pub fn apply_plan_with(
+        &self,
+        ctx: &OperationContext,
+        plan: &ApplyPlan,
+    ) -> Result<ApplyReport, EngineError> {
         if !plan.refused.is_empty() {
             return Err(ApplyError::Refused {
                 refused: plan.refused.clone(),
@@ -477,7 +489,9 @@ impl Engine {
         // 2. VF counts.
         let force = plan.destroys.iter().any(|destroy| destroy.forced);
         for (index, change) in plan.vf_counts.iter().enumerate() {
-            if let Err(error) = self.set_num_vfs(&change.pf, change.to, DestroyOptions { force }) {
+            if let Err(error) =
+                self.set_num_vfs_with(ctx, &change.pf, change.to, DestroyOptions { force })
+            {
                 let mut failures = self.undo_vf_counts(&plan.vf_counts[..index]);
                 failures.extend(self.recreate_destroyed(plan));
                 return Err(step_failed(
@@ -507,7 +521,7 @@ impl Engine {
             })
             .collect();
         if !requests.is_empty() {
-            match self.create_batch(requests) {
+            match self.create_batch_with(ctx, requests) {
                 Ok(created) => {
                     report.created = created.into_iter().map(|info| info.uuid).collect();
                 }

@@ -311,6 +311,45 @@ fn apply_whose_create_fails_recreates_what_it_removed() {
 }
 
 #[test]
+fn a_cancelled_apply_stops_before_its_creates_and_still_recreates_what_it_removed() {
+    let (sim, engine, _dir) = sim_engine();
+    engine
+        .create_batch(vec![
+            CreateRequest::new(CreateTarget::Profile {
+                profile: "mtty-dual".into(),
+                parent: Some("mtty".into()),
+            });
+            2
+        ])
+        .unwrap();
+    let before: Vec<String> = sim.mdev_uuids();
+    let plan = engine
+        .plan_apply(&desired(vec![entry(Some("mtty"), "mtty", 2)]), false)
+        .unwrap();
+    assert_eq!(plan.destroys.len(), 2);
+    // Cancelled before it starts: the removals take no cancel check, the creates do, and the
+    // rollback must not be stopped by the same cancel.
+    let token = crate::CancelToken::new();
+    token.cancel();
+    let error = engine
+        .apply_plan_with(&OperationContext::cancellable(token), &plan)
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Cancelled, "{error}");
+    let text = error.to_string();
+    assert!(
+        text.starts_with("apply: creating instances failed, rolled back"),
+        "{text}"
+    );
+    assert_eq!(sim.mdev_uuids(), before);
+    for uuid in &before {
+        assert_eq!(
+            engine.instance(uuid).unwrap().profile.as_deref(),
+            Some("mtty-dual")
+        );
+    }
+}
+
+#[test]
 fn apply_of_a_plan_with_refusals_changes_nothing() {
     let (sim, engine, _dir) = sim_engine();
     let created = engine

@@ -1,9 +1,8 @@
 //! Cancelling long operations, and waiting for a parent before one.
 //!
 //! A [`CancelToken`] is a shared flag: the daemon keeps one per job and sets it when a client
-//! calls `Job.Cancel`. [`Engine::cancellable`] runs an engine call with the token attached to
-//! the calling thread (the engine is synchronous: one call runs on one thread), and the long
-//! operations check it between steps:
+//! calls `Job.Cancel`. The job runs its engine call with an [`OperationContext`] holding the
+//! token ([`OperationContext::cancellable`]), and the long operations check it between steps:
 //!
 //! * a batch create ([`Engine::create_batch`]) and a domain claim ([`Engine::claim_domain`])
 //!   before each request or device and once more after the last one, rolling back everything
@@ -24,11 +23,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use super::passthrough::PassthroughError;
-use super::{lock, Engine, EngineError, EngineEvent, ErrorKind};
+use super::{Engine, EngineError, EngineEvent, ErrorKind, OperationContext};
 
 /// A cancellation flag shared between whoever may cancel and the operation. Cloning shares it.
 #[derive(Debug, Clone, Default)]
@@ -60,61 +58,30 @@ impl CancelToken {
     }
 }
 
-/// What an engine call running on one thread may be stopped by.
-#[derive(Debug, Clone)]
-pub(crate) struct OperationContext {
-    token: CancelToken,
-    /// Every wait for a parent inside the call ends by then.
-    deadline: Option<Instant>,
-}
-
-/// Restores the thread's previous context (nested calls) when the call ends, also on a panic.
-struct ContextGuard<'a> {
-    engine: &'a Engine,
-    thread: ThreadId,
-    previous: Option<OperationContext>,
-}
-
-impl Drop for ContextGuard<'_> {
-    fn drop(&mut self) {
-        let mut contexts = lock(&self.engine.operations);
-        match self.previous.take() {
-            Some(previous) => contexts.insert(self.thread, previous),
-            None => contexts.remove(&self.thread),
-        };
-    }
-}
-
 impl Engine {
-    /// Runs `f` (engine calls on this thread) so that cancelling `token` stops its long
-    /// operations at their next check, rolled back (see the module docs).
-    pub fn cancellable<R>(&self, token: &CancelToken, f: impl FnOnce() -> R) -> R {
-        let _guard = self.enter_context(token.clone(), None);
-        f()
-    }
-
-    /// Runs `operation` (engine calls on this thread); while it fails because its parent is
-    /// not there yet ([`EngineError::missing_parent`]), waits and runs it again, until it runs,
-    /// fails otherwise, `token` is cancelled, or `timeout` passes: then
+    /// Runs `operation` with `ctx`; while it fails because its parent is not there yet
+    /// ([`EngineError::missing_parent`]), waits and runs it again, until it runs, fails
+    /// otherwise, `ctx` is cancelled, or `timeout` passes: then
     /// [`EngineError::ParentWaitTimedOut`] names the parent and carries the last failure.
-    /// Waits inside the operation (a parent registering) end by the same deadline.
+    /// `operation` gets the context to run with: `ctx` ending by the same deadline, so waits
+    /// inside it (a parent registering) end then too.
     ///
     /// Each attempt must be all or nothing (a batch create, a domain claim), so a retry starts
     /// from a clean host.
     pub fn wait_for_parent_then<T>(
         &self,
+        ctx: &OperationContext,
         timeout: Duration,
-        token: &CancelToken,
-        mut operation: impl FnMut() -> Result<T, EngineError>,
+        mut operation: impl FnMut(&OperationContext) -> Result<T, EngineError>,
     ) -> Result<T, EngineError> {
         let deadline = Instant::now() + timeout;
-        let _guard = self.enter_context(token.clone(), Some(deadline));
+        let attempt_context = ctx.clone().with_deadline(deadline);
         // Subscribed before the first attempt: a parent that registers or appears (hotplug
         // `ParentAdded`) wakes the wait at once; anything else is seen by polling.
         let events = self.subscribe();
         loop {
-            token.check(|| "starting".to_owned())?;
-            let error = match operation() {
+            ctx.check(|| "starting".to_owned())?;
+            let error = match operation(&attempt_context) {
                 Err(error) if error.kind() != ErrorKind::Cancelled => error,
                 other => return other,
             };
@@ -136,7 +103,7 @@ impl Engine {
                 if now >= next {
                     break;
                 }
-                token.check(|| format!("parent {parent} appeared"))?;
+                ctx.check(|| format!("parent {parent} appeared"))?;
                 // Slices of the poll interval, so a cancel is seen promptly.
                 let slice = (next - now).min(deadline - now).min(CANCEL_SLICE);
                 // Only an added parent wakes the retry early: "changed" events come in storms
@@ -146,42 +113,6 @@ impl Engine {
                 }
             }
         }
-    }
-
-    fn enter_context(&self, token: CancelToken, deadline: Option<Instant>) -> ContextGuard<'_> {
-        let thread = std::thread::current().id();
-        let mut contexts = lock(&self.operations);
-        let previous = contexts.get(&thread).cloned();
-        // A nested call keeps the earlier (outer) deadline when it has one.
-        let deadline = match (deadline, previous.as_ref().and_then(|p| p.deadline)) {
-            (Some(new), Some(old)) => Some(new.min(old)),
-            (new, old) => new.or(old),
-        };
-        contexts.insert(thread, OperationContext { token, deadline });
-        ContextGuard {
-            engine: self,
-            thread,
-            previous,
-        }
-    }
-
-    fn context(&self) -> Option<OperationContext> {
-        lock(&self.operations)
-            .get(&std::thread::current().id())
-            .cloned()
-    }
-
-    /// `Err(Cancelled)` naming `what` when the current call's token was cancelled.
-    pub(crate) fn check_cancelled(&self, what: impl FnOnce() -> String) -> Result<(), EngineError> {
-        match self.context() {
-            Some(context) => context.token.check(what),
-            None => Ok(()),
-        }
-    }
-
-    /// The current call's deadline for waits, if it has one.
-    pub(crate) fn wait_deadline(&self) -> Option<Instant> {
-        self.context().and_then(|context| context.deadline)
     }
 }
 
@@ -277,9 +208,10 @@ mod tests {
             type_id: "mtty-1".into(),
         });
         let error = engine
-            .cancellable(&token, || {
-                engine.create_batch(vec![request.clone(), request])
-            })
+            .create_batch_with(
+                &OperationContext::cancellable(token),
+                vec![request.clone(), request],
+            )
             .unwrap_err();
         assert_eq!(error.kind(), ErrorKind::Cancelled, "{error}");
         assert!(sim.mdev_uuids().is_empty());
@@ -311,7 +243,7 @@ mod tests {
                     gpu: GPU.into(),
                     force: false,
                 });
-                engine.cancellable(&token, || engine.create_batch(vec![request]))
+                engine.create_batch_with(&OperationContext::cancellable(token), vec![request])
             })
         };
         wait_until(|| !sim.blocked_writes().is_empty());
@@ -327,7 +259,7 @@ mod tests {
         assert_eq!(driver(&sim, AUDIO).as_deref(), Some("snd_hda_intel"));
         assert_eq!(driver(&sim, GPU).as_deref(), Some("amdgpu"));
         assert!(engine.instances().unwrap().is_empty());
-        assert!(lock(&engine.state).passthrough.is_empty());
+        assert!(crate::lock(&engine.state).passthrough.is_empty());
     }
 
     #[test]
@@ -351,7 +283,7 @@ mod tests {
                     pf: "0000:4b:00.0".into(),
                     vf: Some(VF.into()),
                 });
-                engine.cancellable(&token, || engine.create_batch(vec![request]))
+                engine.create_batch_with(&OperationContext::cancellable(token), vec![request])
             })
         };
         wait_until(|| !sim.blocked_writes().is_empty());
@@ -381,8 +313,8 @@ mod tests {
             type_id: "mtty-1".into(),
         });
         let created = engine
-            .wait_for_parent_then(Duration::from_secs(20), &CancelToken::new(), || {
-                engine.create_batch(vec![request.clone()])
+            .wait_for_parent_then(&OperationContext::new(), Duration::from_secs(20), |ctx| {
+                engine.create_batch_with(ctx, vec![request.clone()])
             })
             .unwrap();
         loader.join().unwrap();
@@ -425,8 +357,8 @@ mod tests {
             type_id: "mtty-1".into(),
         });
         let created =
-            engine.wait_for_parent_then(Duration::from_secs(60), &CancelToken::new(), || {
-                engine.create_batch(vec![request.clone()])
+            engine.wait_for_parent_then(&OperationContext::new(), Duration::from_secs(60), |ctx| {
+                engine.create_batch_with(ctx, vec![request.clone()])
             });
         loader.join().unwrap();
         stop.store(true, Ordering::SeqCst);
@@ -444,8 +376,8 @@ mod tests {
             parent: Some("no-such-parent".into()),
         });
         let error = engine
-            .wait_for_parent_then(Duration::from_millis(50), &CancelToken::new(), || {
-                engine.create_batch(vec![request.clone()])
+            .wait_for_parent_then(&OperationContext::new(), Duration::from_millis(50), |ctx| {
+                engine.create_batch_with(ctx, vec![request.clone()])
             })
             .unwrap_err();
         assert_eq!(error.kind(), ErrorKind::TimedOut, "{error}");
@@ -468,8 +400,8 @@ mod tests {
             parent: None,
         });
         let error = engine
-            .wait_for_parent_then(Duration::from_secs(60), &CancelToken::new(), || {
-                engine.create_batch(vec![request.clone()])
+            .wait_for_parent_then(&OperationContext::new(), Duration::from_secs(60), |ctx| {
+                engine.create_batch_with(ctx, vec![request.clone()])
             })
             .unwrap_err();
         assert_eq!(error.kind(), ErrorKind::NotFound, "{error}");
@@ -488,9 +420,11 @@ mod tests {
             type_id: "mtty-1".into(),
         });
         let error = engine
-            .wait_for_parent_then(Duration::from_secs(60), &token, || {
-                engine.create_batch(vec![request.clone()])
-            })
+            .wait_for_parent_then(
+                &OperationContext::cancellable(token),
+                Duration::from_secs(60),
+                |ctx| engine.create_batch_with(ctx, vec![request.clone()]),
+            )
             .unwrap_err();
         canceller.join().unwrap();
         assert_eq!(error.kind(), ErrorKind::Cancelled, "{error}");

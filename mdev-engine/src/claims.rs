@@ -10,7 +10,7 @@
 use super::{
     check_scheduling, claimed, lock, Claim, CreateRequest, CreateTarget, DestroyOptions,
     DeviceRequest, DomainRef, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind,
-    ReleaseReport, Scheduling,
+    OperationContext, ReleaseReport, Scheduling,
 };
 use crate::state::InstanceRecord;
 use mdev_host::discovery::{self, names, names::PciAddress};
@@ -26,9 +26,21 @@ enum ClaimStep {
 }
 
 impl Engine {
-    /// Claims every device a domain asks for, all or nothing.
+    /// Claims every device a domain asks for, all or nothing, with the default context (see
+    /// [`Engine::claim_domain_with`]).
     pub fn claim_domain(
         &self,
+        domain: &DomainRef,
+        devices: &[DeviceRequest],
+    ) -> Result<Vec<InstanceInfo>, EngineError> {
+        self.claim_domain_with(&OperationContext::default(), domain, devices)
+    }
+
+    /// [`Engine::claim_domain`] with `ctx`: cancelling its token stops the claim before the
+    /// next device (and once more after the last), undoing everything it did.
+    pub fn claim_domain_with(
+        &self,
+        ctx: &OperationContext,
         domain: &DomainRef,
         devices: &[DeviceRequest],
     ) -> Result<Vec<InstanceInfo>, EngineError> {
@@ -38,10 +50,17 @@ impl Engine {
         let mut steps: Vec<ClaimStep> = Vec::new();
         let mut claimed_uuids: Vec<String> = Vec::new();
         for (index, device) in devices.iter().enumerate() {
-            let claimed = self
-                .check_cancelled(|| format!("claiming {}", describe_device(device)))
+            let claimed = ctx
+                .check(|| format!("claiming {}", describe_device(device)))
                 .and_then(|()| {
-                    self.claim_one(domain, &domain_uuid, device, &claimed_uuids, &mut steps)
+                    self.claim_one(
+                        ctx,
+                        domain,
+                        &domain_uuid,
+                        device,
+                        &claimed_uuids,
+                        &mut steps,
+                    )
                 });
             match claimed {
                 Ok(uuid) => claimed_uuids.push(uuid),
@@ -61,9 +80,7 @@ impl Engine {
             }
         }
         // A cancel that came during the last device still undoes the whole claim.
-        if let Err(error) =
-            self.check_cancelled(|| format!("finishing the claim of domain {}", domain.name))
-        {
+        if let Err(error) = ctx.check(|| format!("finishing the claim of domain {}", domain.name)) {
             let rollback_failures = self.undo_claim(steps);
             return Err(EngineError::Batch {
                 step: format!(
@@ -96,6 +113,7 @@ impl Engine {
 
     fn claim_one(
         &self,
+        ctx: &OperationContext,
         domain: &DomainRef,
         domain_uuid: &str,
         device: &DeviceRequest,
@@ -142,7 +160,7 @@ impl Engine {
                 }
                 let started = !self.is_active(&record);
                 if started {
-                    self.start_record(&record)?;
+                    self.start_record(ctx, &record)?;
                     steps.push(ClaimStep::Started(record.uuid.clone()));
                 }
                 let weight = device.weight;
@@ -227,7 +245,7 @@ impl Engine {
             placement: device.placement,
             force: device.force,
         };
-        let record = self.create_one(&request, Some(new_claim(true, false)))?;
+        let record = self.create_one(ctx, &request, Some(new_claim(true, false)))?;
         steps.push(ClaimStep::Created(Box::new(record.clone())));
         Ok(record.uuid)
     }

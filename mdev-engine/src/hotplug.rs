@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::lifecycle::EchoKind;
-use crate::{lock, Engine, EngineEvent};
+use crate::{lock, Engine, EngineEvent, OperationContext};
 use mdev_host::discovery::{self, layout, names, names::PciAddress};
 pub use mdev_host::events::{HostEvent, HostEventAction, HostEvents};
 
@@ -179,7 +179,7 @@ impl Engine {
             .cloned()
             .collect();
         for record in waiting {
-            if let Err(error) = self.start_record(&record) {
+            if let Err(error) = self.start_record(&OperationContext::default(), &record) {
                 tracing::warn!(uuid = %record.uuid, %parent, %error, "cannot start autostart instance");
             }
         }

@@ -26,7 +26,8 @@ use serde::{Deserialize, Serialize};
 
 use mdev_host::discovery::{self, names, names::PciAddress};
 use crate::{
-    lock, DestroyOptions, Engine, EngineError, EngineEvent, ReconcileAction, ReconcileReport,
+    lock, DestroyOptions, Engine, EngineError, EngineEvent, OperationContext, ReconcileAction,
+    ReconcileReport,
 };
 use crate::lifecycle;
 use crate::state::{InstanceKind, InstanceRecord, Owner};
@@ -302,7 +303,13 @@ impl Engine {
             }
             Intent::VfCount { from, to } => {
                 let pf: PciAddress = key.parse()?;
-                self.set_num_vfs_locked(pf, *from, DestroyOptions { force: true }, false)?;
+                self.set_num_vfs_locked(
+                    &OperationContext::default(),
+                    pf,
+                    *from,
+                    DestroyOptions { force: true },
+                    false,
+                )?;
                 Ok(format!(
                     "set {key} back to {from} VFs (a change to {to} was not acknowledged)"
                 ))

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use super::{Engine, EngineError};
+use super::{Engine, EngineError, OperationContext};
 use crate::lifecycle::NVIDIA_DRIVER;
 use mdev_host::command::{run_checked, CommandOutput, RunLimits};
 use mdev_host::discovery::{self, names::PciAddress, SriovPf};
@@ -37,7 +37,12 @@ pub fn is_nvidia_pf(pf: &SriovPf) -> bool {
 impl Engine {
     /// Sets an NVIDIA PF's VFs to `num_vfs` (0 or all) with `sriov-manage`. The caller holds
     /// the PF's lock and has checked that no instance is on a VF (or forced past it).
-    pub(crate) fn set_nvidia_vfs(&self, pf: &SriovPf, num_vfs: u32) -> Result<(), EngineError> {
+    pub(crate) fn set_nvidia_vfs(
+        &self,
+        ctx: &OperationContext,
+        pf: &SriovPf,
+        num_vfs: u32,
+    ) -> Result<(), EngineError> {
         let address = pf.function.address;
         let tool = self.config.nvidia_sriov_manage.clone();
         if num_vfs != 0 && num_vfs != pf.total_vfs {
@@ -68,12 +73,12 @@ impl Engine {
             for vf in &pf.vfs {
                 self.host.check_pci_not_held(vf.function.address)?;
             }
-            self.check_cancelled(|| format!("disabling the VFs of {address}"))?;
-            self.sriov_manage(&tool, "-d", address)?;
+            ctx.check(|| format!("disabling the VFs of {address}"))?;
+            self.sriov_manage(ctx, &tool, "-d", address)?;
         }
         if num_vfs > 0 {
-            self.check_cancelled(|| format!("enabling the VFs of {address}"))?;
-            self.sriov_manage(&tool, "-e", address)?;
+            ctx.check(|| format!("enabling the VFs of {address}"))?;
+            self.sriov_manage(ctx, &tool, "-e", address)?;
         }
         let now = discovery::read_sriov_pf(self.fs(), address).map_or(0, |pf| pf.num_vfs);
         if now != num_vfs {
@@ -87,11 +92,12 @@ impl Engine {
 
     fn sriov_manage(
         &self,
+        ctx: &OperationContext,
         tool: &Path,
         flag: &str,
         address: PciAddress,
     ) -> Result<CommandOutput, EngineError> {
-        let cancelled = || self.check_cancelled(String::new).is_err();
+        let cancelled = || ctx.is_cancelled();
         let limits = RunLimits {
             timeout: self.config.vendor_command_timeout,
             cancelled: &cancelled,

@@ -99,7 +99,8 @@ impl Engine {
                 ),
             });
         }
-        let cancelled = || self.check_cancelled(String::new).is_err();
+        // A read the daemon answers at once, never run as a job: nothing cancels it.
+        let cancelled = || false;
         let limits = RunLimits {
             timeout: self.config.vendor_command_timeout,
             cancelled: &cancelled,

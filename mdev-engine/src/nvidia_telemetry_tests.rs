@@ -1,7 +1,7 @@
 //! NVIDIA vGPU telemetry read through `nvidia-smi vgpu -q` on the simulated host (which prints
 //! it in the real layout), matched to the service's instances.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::nvidia_telemetry::{match_records, VgpuTelemetry, NVIDIA_SMI_PATH};

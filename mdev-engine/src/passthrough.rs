@@ -18,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{lock, Engine, EngineError, InstanceKind};
+use super::{lock, Engine, EngineError, InstanceKind, OperationContext};
 use crate::lifecycle::VFIO_PCI;
 use crate::state::InstanceRecord;
 use mdev_host::discovery::{self, layout, names::PciAddress, PciFunction};
@@ -369,6 +369,7 @@ impl Engine {
     /// parent lock) and records it. On failure nothing is left bound and nothing recorded.
     pub(crate) fn bind_passthrough(
         &self,
+        ctx: &OperationContext,
         record: &mut InstanceRecord,
         gpu: PciAddress,
         force: bool,
@@ -438,8 +439,8 @@ impl Engine {
             if member.previous_driver.as_deref() == Some(VFIO_PCI) {
                 continue;
             }
-            let bound = self
-                .check_cancelled(|| format!("binding {} to vfio-pci", member.address))
+            let bound = ctx
+                .check(|| format!("binding {} to vfio-pci", member.address))
                 .and_then(|()| self.host.bind_vfio(member.address).map(drop));
             if let Err(error) = bound {
                 let rollback_failures = self.return_members(&binding.members[..index]);

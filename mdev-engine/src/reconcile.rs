@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use crate::{
-    lock, DestroyOptions, DomainRef, Engine, EngineError, EngineEvent, ReconcileAction,
-    ReconcileReport,
+    lock, DestroyOptions, DomainRef, Engine, EngineError, EngineEvent, OperationContext,
+    ReconcileAction, ReconcileReport,
 };
 use mdev_host::discovery::{self, names, names::PciAddress, Inventory};
 
@@ -40,7 +40,7 @@ impl Engine {
     /// last device change (the daemon publishes it instead of discovering again).
     pub fn reconcile_and_discover(&self) -> Result<Reconciled, EngineError> {
         let mut report = ReconcileReport::default();
-        // Unacknowledged writes first: what they made is not ours to keep (engine::intents).
+        // Unacknowledged writes first: what they made is not ours to keep (`intents`).
         self.finish_intents(&mut report);
         self.finish_interrupted_batches(&mut report)?;
         self.process_pending_releases(&mut report);
@@ -230,6 +230,7 @@ impl Engine {
     pub(crate) fn restore_vf_count(&self, pf: &str, num_vfs: u32) -> Result<bool, EngineError> {
         let address: PciAddress = pf.parse()?;
         self.wait_for_path(
+            &OperationContext::default(),
             pf,
             &mdev_host::discovery::layout::pci_device(&address),
             None,
@@ -246,7 +247,13 @@ impl Engine {
         // left the host on the other count until a later pass found the records gone
         // and changed it then (seen in the crash torture). A VF held by a process is
         // still refused, forced or not.
-        self.set_num_vfs_locked(address, num_vfs, DestroyOptions { force: true }, false)?;
+        self.set_num_vfs_locked(
+            &OperationContext::default(),
+            address,
+            num_vfs,
+            DestroyOptions { force: true },
+            false,
+        )?;
         Ok(true)
     }
 
@@ -334,7 +341,8 @@ impl Engine {
                     continue;
                 }
                 // Found inactive by the pass above: started without checking again.
-                let action = match self.start_inactive_record(record) {
+                let action = match self.start_inactive_record(&OperationContext::default(), record)
+                {
                     Ok(_) => ReconcileAction::Recreated {
                         uuid: record.uuid.clone(),
                     },

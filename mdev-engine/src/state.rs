@@ -33,31 +33,7 @@ const TEMP_INFIX: &str = ".tmp.";
 /// remove them; the hook's files (under [`PENDING_RELEASES_DIR`]) are never touched.
 pub const DAEMON_WRITTEN_FILES: &[&str] = &[STATE_FILE_NAME];
 
-/// What kind of device an instance is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum InstanceKind {
-    /// A VFIO mediated device.
-    Mdev,
-    /// An SR-IOV VF bound to `vfio-pci`.
-    Vf,
-    /// An NVIDIA SR-IOV vGPU: a VF with a type written to `nvidia/current_vgpu_type`.
-    NvidiaVf,
-    /// A whole GPU and the rest of its IOMMU group bound to `vfio-pci` (see
-    /// [`crate::passthrough`]).
-    Passthrough,
-}
-
-impl fmt::Display for InstanceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Mdev => "mdev",
-            Self::Vf => "vf",
-            Self::NvidiaVf => "nvidia-vf",
-            Self::Passthrough => "passthrough",
-        })
-    }
-}
+pub use vgpu_types::InstanceKind;
 
 /// Why the manager may remove an instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

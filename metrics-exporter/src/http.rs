@@ -8,6 +8,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+use vgpu_types::error_chain;
+
 use crate::{read, render};
 
 /// Longest a client may take to send its request head.
@@ -98,15 +100,4 @@ async fn read_head(stream: &mut BufReader<TcpStream>) -> std::io::Result<String>
             ));
         }
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

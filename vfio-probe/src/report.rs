@@ -193,16 +193,7 @@ impl ProbeReport {
 }
 
 /// Renders an error with its whole `source()` chain, `outer: inner: innermost`.
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        out.push_str(": ");
-        out.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    out
-}
+pub(crate) use vgpu_types::error_chain;
 
 #[cfg(test)]
 mod tests {

@@ -4,5 +4,7 @@
 #![deny(missing_docs)]
 
 mod error_chain;
+mod instance_kind;
 
 pub use error_chain::error_chain;
+pub use instance_kind::InstanceKind;

@@ -21,6 +21,7 @@ use dbus_api::names::{option, BUS_NAME, ROOT_PATH};
 use dbus_api::proxy::{InstanceProxy, ManagerProxy, SriovProxy};
 use dbus_api::wire::{InstanceRecord, MdevTypeRecord, Snapshot};
 use dbus_api::{path, BusTarget, ClientError, ErrorKind};
+use vgpu_types::error_chain;
 use zbus::{Connection, Variant};
 
 use cli::{Cli, Command, GenerateWhat, JobAction, ScheduleAction};
@@ -62,18 +63,6 @@ impl From<ClientError> for Failure {
             code,
         }
     }
-}
-
-/// An error and its causes on one line, `outer: inner: innermost`.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 impl From<zbus::Error> for Failure {

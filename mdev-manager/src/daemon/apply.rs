@@ -14,7 +14,7 @@ use super::auth::AuthRequest;
 use super::options::CallOptions;
 use super::{JobOutcome, Service};
 use mdev_engine::apply::ApplyError;
-use mdev_engine::{CancelToken, Engine, EngineError};
+use mdev_engine::{Engine, EngineError, OperationContext};
 
 const METHOD: &str = "StartApply";
 
@@ -101,7 +101,7 @@ impl ApplyCall {
     }
 
     /// The Job: plans, then (unless a dry run or assert) applies; the message is the plan.
-    pub fn run(self, engine: &Engine, token: &CancelToken) -> Result<JobOutcome, EngineError> {
+    pub fn run(self, engine: &Engine, ctx: &OperationContext) -> Result<JobOutcome, EngineError> {
         let plan = engine.plan_apply(&self.desired, self.force)?;
         let rendered = plan.render();
         if self.assert {
@@ -116,7 +116,7 @@ impl ApplyCall {
         if self.dry_run || plan.is_empty() {
             return Ok(JobOutcome::message(rendered));
         }
-        let report = engine.cancellable(token, || engine.apply_plan(&plan))?;
+        let report = engine.apply_plan_with(ctx, &plan)?;
         Ok(JobOutcome {
             message: format!(
                 "{rendered}applied: {} created, {} destroyed, {} updated, {} VF counts changed",

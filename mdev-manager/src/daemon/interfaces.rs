@@ -504,12 +504,12 @@ impl ManagerIface {
                     details,
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, token| {
+                    .start_job(connection, spec, move |engine, ctx| {
                         let created = match wait {
-                            Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
-                                engine.create_batch(requests.clone())
+                            Some(timeout) => engine.wait_for_parent_then(ctx, timeout, |ctx| {
+                                engine.create_batch_with(ctx, requests.clone())
                             }),
-                            None => engine.cancellable(token, || engine.create_batch(requests)),
+                            None => engine.create_batch_with(ctx, requests),
                         }?;
                         Ok(instances_outcome("created", &created))
                     })
@@ -558,14 +558,12 @@ impl ManagerIface {
                     uuid: domain_uuid,
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, token| {
+                    .start_job(connection, spec, move |engine, ctx| {
                         let claimed = match wait {
-                            Some(timeout) => engine.wait_for_parent_then(timeout, token, || {
-                                engine.claim_domain(&domain, &devices)
+                            Some(timeout) => engine.wait_for_parent_then(ctx, timeout, |ctx| {
+                                engine.claim_domain_with(ctx, &domain, &devices)
                             }),
-                            None => {
-                                engine.cancellable(token, || engine.claim_domain(&domain, &devices))
-                            }
+                            None => engine.claim_domain_with(ctx, &domain, &devices),
                         }?;
                         Ok(instances_outcome(
                             &format!("domain {} holds", domain.name),
@@ -608,7 +606,7 @@ impl ManagerIface {
                     uuid: domain_uuid,
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, _token| {
+                    .start_job(connection, spec, move |engine, _ctx| {
                         let report = engine.release_domain(&domain)?;
                         let mut message = format!(
                             "released domain {}: {} destroyed, {} unclaimed",
@@ -657,8 +655,8 @@ impl ManagerIface {
                     details: vec![("file", request.file_name.clone())],
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, token| {
-                        request.run(engine, token)
+                    .start_job(connection, spec, move |engine, ctx| {
+                        request.run(engine, ctx)
                     })
                     .await
             })
@@ -1105,7 +1103,7 @@ impl SriovIface {
                     details: Vec::new(),
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, _token| {
+                    .start_job(connection, spec, move |engine, _ctx| {
                         let vfs = engine.set_num_vfs(&pf, count, DestroyOptions { force })?;
                         Ok(JobOutcome::message(format!(
                             "PF {pf} now has {} VFs",
@@ -1396,7 +1394,7 @@ impl InstanceIface {
                     details: Vec::new(),
                 };
                 self.service
-                    .start_job(connection, spec, move |engine, _token| {
+                    .start_job(connection, spec, move |engine, _ctx| {
                         engine.destroy(&uuid, DestroyOptions { force })?;
                         Ok(JobOutcome::message(format!("destroyed {uuid}")))
                     })

@@ -36,7 +36,8 @@ use interfaces::{
     TypeIface,
 };
 use mdev_engine::{
-    CancelToken, Engine, EngineError, EngineEvent, ReconcileAction, ReconcileReport,
+    CancelToken, Engine, EngineError, EngineEvent, OperationContext, ReconcileAction,
+    ReconcileReport,
 };
 use model::{changed_properties, Model, Properties, Shared};
 
@@ -565,8 +566,8 @@ impl Service {
     /// Starts a job running `work` on the engine: exports the Job object, announces it with
     /// `JobNew`, and when `work` finishes sets its result, emits `Job.Completed` and
     /// `Manager.JobRemoved`, refreshes the objects and removes the Job. `work` gets the job's
-    /// cancel token (`Job.Cancel` sets it) and should run its engine calls through
-    /// [`Engine::cancellable`] or [`Engine::wait_for_parent_then`].
+    /// operation context, holding its cancel token (`Job.Cancel` sets it), and passes it to its
+    /// engine calls (the `*_with` methods, [`Engine::wait_for_parent_then`]).
     pub async fn start_job<F>(
         self: &Arc<Self>,
         connection: &Connection,
@@ -574,12 +575,13 @@ impl Service {
         work: F,
     ) -> Result<OwnedObjectPath, BusError>
     where
-        F: FnOnce(&Engine, &CancelToken) -> Result<JobOutcome, EngineError> + Send + 'static,
+        F: FnOnce(&Engine, &OperationContext) -> Result<JobOutcome, EngineError> + Send + 'static,
     {
         let id = self.next_job.fetch_add(1, Ordering::Relaxed);
         let path = dbus_api::path::job_path(id);
         let operation = spec.operation;
         let token = CancelToken::new();
+        let context = OperationContext::cancellable(token.clone());
         let job = JobIface {
             service: self.clone(),
             control: interfaces::JobControl {
@@ -614,7 +616,7 @@ impl Service {
             // host changes meanwhile must be published at once, not after it.
             let engine = service.engine.clone();
             let started = std::time::Instant::now();
-            let outcome = match tokio::task::spawn_blocking(move || work(&engine, &token)).await {
+            let outcome = match tokio::task::spawn_blocking(move || work(&engine, &context)).await {
                 Ok(result) => result.map_err(|e| bus_error(&e)),
                 Err(join) => Err(BusError::Failed(format!("job {operation} ended: {join}"))),
             };
