@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::intents::Intent;
 use super::*;
+use mdev_host::discovery::{self, layout};
 use mdev_sim::{Fault, SimHost};
 
 const UUID_A: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";
