@@ -1,7 +1,8 @@
 # Crash torture on the real kernel (issue 16, item 5), sourced by checks.sh: the service runs on
 # the real sysfs with its state in /var/lib/mdev-manager; each round starts a few
 # `vgpuctl create` calls on mtty and mbochs, kills the daemon with SIGKILL after a random delay
-# (so the kill lands before, inside or after a create write, or inside the state write),
+# spread over twice the time one create takes on this guest (so the kill lands before, inside
+# or after a create write, or inside the state write),
 # restarts it and checks that every mdev on the host is managed by the service or was there
 # before the rounds began (a foreign mdev made with a direct sysfs write). A device a kill left
 # that the service neither manages nor removed is an orphan: its capacity would be lost until
@@ -32,7 +33,15 @@ torture_start() {
   foreign="$(create_mdev mtty mtty-1)" || { echo "creating the foreign mdev failed"; return 1; }
   remember torture_foreign "$foreign"
   torture_start_daemon || return 1
-  echo "foreign mdev $foreign; mdev-manager (pid $(recall daemon_pid)) answers"
+  # How long one create takes here (a debug build under TCG on a busy host: seconds): the
+  # kills are spread over twice that, so they land before, inside and after the create writes.
+  local started uuid took
+  started="$(awk '{ printf "%d", $1 * 1000 }' /proc/uptime)"
+  uuid="$(vgpuctl create mtty)" || { echo "a timing create failed: $uuid"; return 1; }
+  took=$(($(awk '{ printf "%d", $1 * 1000 }' /proc/uptime) - started))
+  vgpuctl destroy "$uuid" >/dev/null || { echo "destroying the timing create $uuid failed"; return 1; }
+  remember torture_create_ms "$took"
+  echo "foreign mdev $foreign; mdev-manager (pid $(recall daemon_pid)) answers; one create took $took ms"
 }
 
 # The product group's start_daemon with a longer bound: the start-up reconcile of a debug build
@@ -69,9 +78,8 @@ torture_kill_rounds() {
       (vgpuctl create "${TORTURE_PROFILES[$((RANDOM % ${#TORTURE_PROFILES[@]}))]}" >/dev/null 2>&1) &
       callers+=("$!")
     done
-    # 0-1.5 s: a create over the bus takes a few hundred ms under emulation, so the kill lands
-    # anywhere from before the first call arrives to after the last reply.
-    delay="$((RANDOM % 1500))"
+    # Anywhere from before the first call arrives to after the last reply.
+    delay="$((RANDOM % (2 * $(recall torture_create_ms) + 1)))"
     sleep "$(awk -v d="$delay" 'BEGIN { printf "%.3f", d / 1000 }')"
     kill -9 "$pid" 2>/dev/null
     wait_until 10 eval '! running '"$pid" || { echo "round $round: the daemon survived kill -9"; return 1; }
@@ -91,7 +99,9 @@ torture_kill_rounds() {
     fi
   done
   [ -z "$orphans" ] || { echo "orphaned mdevs (on the host, neither managed nor there before):$orphans"; return 1; }
-  echo "$TORTURE_ROUNDS kills: $acked creates acknowledged, $interrupted interrupted, every mdev managed or foreign after each restart"
+  local undone
+  undone="$(grep -c 'undid an unacknowledged change' "$out/daemon.log")"
+  echo "$TORTURE_ROUNDS kills: $acked creates acknowledged, $interrupted interrupted, $undone unacknowledged creates undone by reconcile, every mdev managed or foreign after each restart"
 }
 
 torture_destroy_managed() {
