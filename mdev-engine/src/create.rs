@@ -7,9 +7,9 @@ use super::{
     ErrorKind, InstanceInfo, InstanceKind, Inventory, MdevDevice, OperationContext, Owner,
     PciAddress, PlacementRequest, Scheduling,
 };
+use crate::intents;
 use crate::lifecycle;
 use crate::state::InstanceRecord;
-use crate::intents;
 use mdev_host::discovery::{self, layout, names};
 
 /// How often a profile is placed again when its chosen parent filled up meanwhile.

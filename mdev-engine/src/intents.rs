@@ -24,13 +24,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use mdev_host::discovery::{self, names, names::PciAddress};
+use crate::lifecycle;
+use crate::state::{InstanceKind, InstanceRecord, Owner};
 use crate::{
     lock, DestroyOptions, Engine, EngineError, EngineEvent, OperationContext, ReconcileAction,
     ReconcileReport,
 };
-use crate::lifecycle;
-use crate::state::{InstanceKind, InstanceRecord, Owner};
+use mdev_host::discovery::{self, names, names::PciAddress};
 
 /// What a write that makes something is about to make.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -53,8 +53,8 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard, RwLock};
 pub use self::cancel::CancelToken;
 pub use self::context::OperationContext;
 pub use self::error::EngineError;
-pub use self::group_commit::CommitStats;
 pub use self::events::{EngineEvent, EventSubscription};
+pub use self::group_commit::CommitStats;
 pub use self::types::{
     CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef, EngineConfig,
     ImportReport, InstanceInfo, PlacementPolicy, PlacementRequest, ProfileFit, ProfileSummary,

@@ -29,10 +29,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use mdev_engine::state::StateFiles;
 use mdev_engine::{Engine, EngineConfig, InstanceInfo};
 use mdev_host::{HostCommands, HostFs};
 use mdev_sim::{Fault, SimHost, Topology};
-use mdev_engine::state::StateFiles;
 
 use crate::torture::{perform, Op, Outcome, PF, TOPOLOGY};
 

@@ -1478,9 +1478,7 @@ fn vfio_bound_vfs(sim: &SimHost) -> Vec<String> {
             sriov
                 .vfs
                 .iter()
-                .filter(|vf| {
-                    vf.function.driver.as_deref() == Some(mdev_host::discovery::VFIO_PCI)
-                })
+                .filter(|vf| vf.function.driver.as_deref() == Some(mdev_host::discovery::VFIO_PCI))
                 .map(|vf| vf.function.address.to_string())
                 .collect()
         })
