@@ -9,6 +9,7 @@ pub mod error;
 pub mod hostdev;
 pub mod names;
 pub mod operation_stats;
+pub mod options;
 pub mod path;
 pub mod proxy;
 pub mod schedule;

@@ -95,6 +95,13 @@ pub mod option {
     /// `s` (`CreateInstances`): create an mdev of this type id on `parent` (required) instead
     /// of from a profile (the profile argument is then empty): what mdevctl and libvirt ask for.
     pub const TYPE: &str = "type";
+    /// `a(ss)` (`CreateInstances`): mdev vendor attributes `(name, value)`, written in this
+    /// order after each creation of the device and kept with its definition (mdevctl's
+    /// `attrs`).
+    pub const ATTRIBUTES: &str = "attributes";
+    /// `b` (`CreateInstances`, default `true`): `false` records a stopped definition without
+    /// creating the device (mdevctl's `define`); needs `type` and `persistent` or `autostart`.
+    pub const START: &str = "start";
     /// `b` (`ImportMdevctl`, `StartApply`): report what would be imported or the plan, change
     /// nothing.
     pub const DRY_RUN: &str = "dry-run";

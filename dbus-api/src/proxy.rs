@@ -89,6 +89,12 @@ pub trait Manager {
     /// yet.
     fn list_instances(&self, options: Options<'_>)
         -> zbus::Result<Vec<crate::wire::InstanceEntry>>;
+    /// The vendor attributes of every instance that has any: (UUID, ordered `(name, value)`),
+    /// sorted by UUID. No options yet.
+    fn list_instance_attributes(
+        &self,
+        options: Options<'_>,
+    ) -> zbus::Result<Vec<(String, Vec<(String, String)>)>>;
     /// Every mdev type in one reply; option `parent s` keeps one parent's (`NotFound` when the
     /// service has no such parent).
     fn list_types(&self, options: Options<'_>) -> zbus::Result<Vec<crate::wire::TypeEntry>>;
@@ -308,6 +314,14 @@ pub trait Instance {
     /// keeps or drops the definition explicitly.
     #[zbus(allow_interactive_auth)]
     fn set_autostart(&self, autostart: bool, options: Options<'_>) -> zbus::Result<()>;
+    /// Replaces the ordered vendor attributes of a persistent mdev instance; they are written
+    /// the next time the device is created (a running device is not touched).
+    #[zbus(allow_interactive_auth)]
+    fn set_attributes(
+        &self,
+        attributes: &[(String, String)],
+        options: Options<'_>,
+    ) -> zbus::Result<()>;
 }
 
 /// `org.mdevmanager.VGpu1.Profile`: a catalog profile.

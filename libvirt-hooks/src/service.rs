@@ -7,7 +7,8 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
 
-use dbus_api::names::{device_key, interface, option, ROOT_PATH};
+use dbus_api::names::{interface, option, ROOT_PATH};
+use dbus_api::options::{as_proxy_options, to_dict, DeviceSpec};
 use dbus_api::proxy::ManagerProxy;
 use dbus_api::{BusTarget, ClientError, ErrorKind};
 use uuid::Uuid;
@@ -80,45 +81,29 @@ impl ServiceError {
     }
 }
 
-/// The wire form of one device (`a{sv}` with the keys of `dbus_api::names::device_key`).
-pub fn device_dict(device: &ClaimedDevice) -> HashMap<&'static str, Variant<'static>> {
-    let mut dict = HashMap::new();
-    dict.insert(
-        device_key::KIND,
-        Variant::from(device.kind.as_str().to_owned()),
-    );
-    if let Some(uuid) = &device.uuid {
-        dict.insert(
-            device_key::UUID,
-            Variant::from(uuid.as_hyphenated().to_string()),
-        );
+/// One device as the service's typed device dict (`dbus_api::options::DeviceSpec`, sent as
+/// `a{sv}`): only the keys set are sent (a service older than a key refuses unknown keys).
+pub fn device_spec(device: &ClaimedDevice) -> DeviceSpec {
+    DeviceSpec {
+        kind: Some(device.kind.as_str().to_owned()),
+        uuid: device.uuid.map(|uuid| uuid.as_hyphenated().to_string()),
+        profile: device.profile.clone(),
+        parent: device.parent.clone(),
+        weight: device.weight,
+        pci_address: device.pci_address.as_ref().map(ToString::to_string),
+        force: device.force.then_some(true),
+        placement: device.placement.map(str::to_owned),
+        numa_node: device.numa_node,
+        numa_strict: (device.numa_node.is_some() && device.numa_strict).then_some(true),
     }
-    if let Some(profile) = &device.profile {
-        dict.insert(device_key::PROFILE, Variant::from(profile.clone()));
-    }
-    if let Some(parent) = &device.parent {
-        dict.insert(device_key::PARENT, Variant::from(parent.clone()));
-    }
-    if let Some(weight) = device.weight {
-        dict.insert(device_key::WEIGHT, Variant::from(weight));
-    }
-    if let Some(address) = &device.pci_address {
-        dict.insert(device_key::PCI_ADDRESS, Variant::from(address.to_string()));
-    }
-    // Only when asked for: a service older than the key refuses unknown keys.
-    if device.force {
-        dict.insert(device_key::FORCE, Variant::from(true));
-    }
-    if let Some(placement) = device.placement {
-        dict.insert(device_key::PLACEMENT, Variant::from(placement.to_owned()));
-    }
-    if let Some(node) = device.numa_node {
-        dict.insert(device_key::NUMA_NODE, Variant::from(node));
-        if device.numa_strict {
-            dict.insert(device_key::NUMA_STRICT, Variant::from(true));
-        }
-    }
-    dict
+}
+
+/// The wire form of `devices`, owned (see [`dbus_api::options::as_proxy_options`]).
+fn device_dicts(devices: &[ClaimedDevice]) -> Vec<HashMap<String, OwnedVariant>> {
+    devices
+        .iter()
+        .map(|device| to_dict(&device_spec(device)))
+        .collect()
 }
 
 /// The instances the service manages (created or adopted), by the names a domain XML uses.
@@ -244,7 +229,8 @@ impl ServiceClient {
         self.call(|connection, proxy| async move {
             let devices = devices_to_send(&connection, plan).await?;
             if !devices.is_empty() {
-                let dicts: Vec<_> = devices.iter().map(device_dict).collect();
+                let sent = device_dicts(&devices);
+                let dicts: Vec<_> = sent.iter().map(as_proxy_options).collect();
                 proxy
                     .prepare_domain(domain_name, &uuid, dicts, hook_options())
                     .await?;
@@ -281,7 +267,8 @@ impl ServiceClient {
             if devices.is_empty() {
                 return Ok(Vec::new());
             }
-            let dicts: Vec<_> = devices.iter().map(device_dict).collect();
+            let sent = device_dicts(&devices);
+            let dicts: Vec<_> = sent.iter().map(as_proxy_options).collect();
             proxy
                 .verify_domain(domain_name, &uuid, dicts, hook_options())
                 .await
@@ -330,8 +317,8 @@ mod tests {
             numa_strict: true,
             source: DeviceSource::Metadata,
         };
-        let dict = device_dict(&device);
-        let mut keys: Vec<_> = dict.keys().copied().collect();
+        let dict = to_dict(&device_spec(&device));
+        let mut keys: Vec<_> = dict.keys().map(String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(
             keys,
@@ -345,12 +332,12 @@ mod tests {
                 "weight"
             ]
         );
-        assert_eq!(dict["placement"], Variant::from("spread".to_owned()));
-        assert_eq!(dict["numa-node"], Variant::from(1u32));
-        assert_eq!(dict["kind"], Variant::from("vf".to_owned()));
-        assert_eq!(dict["weight"], Variant::from(300u32));
+        assert_eq!(*dict["placement"], Variant::from("spread".to_owned()));
+        assert_eq!(*dict["numa-node"], Variant::from(1u32));
+        assert_eq!(*dict["kind"], Variant::from("vf".to_owned()));
+        assert_eq!(*dict["weight"], Variant::from(300u32));
         assert_eq!(
-            dict["pci_address"],
+            *dict["pci_address"],
             Variant::from("0000:3b:00.4".to_owned())
         );
     }

@@ -19,6 +19,18 @@ pub trait DeviceHolder: Send + Sync {
     /// `/sys/bus/pci/devices/<BDF>`). Errors carry the kernel's errno (EBUSY while another
     /// process holds the group).
     fn hold(&self, device: &Path) -> io::Result<Box<dyn HeldDevice>>;
+
+    /// Opens just the device's group node, no container and no device fd (what libvirt's
+    /// `nodedev-destroy` does to see that no VM uses an mdev). Same errors as [`Self::hold`].
+    fn open_group_node(&self, device: &Path) -> io::Result<Box<dyn HeldDevice>>;
+}
+
+/// The IOMMU group number of the device whose sysfs directory is `device`.
+fn group_of(fs: &dyn HostFs, device: &Path) -> io::Result<u32> {
+    fs.read_link(&device.join("iommu_group"))?
+        .file_name()
+        .and_then(|n| n.to_str()?.parse().ok())
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
 }
 
 /// [`DeviceHolder`] on the simulated host: a simulated `qemu-system-x86` process.
@@ -28,6 +40,11 @@ pub struct SimDeviceHolder(pub SimHost);
 impl DeviceHolder for SimDeviceHolder {
     fn hold(&self, device: &Path) -> io::Result<Box<dyn HeldDevice>> {
         Ok(Box::new(self.0.hold_device(device, "qemu-system-x86")?))
+    }
+
+    fn open_group_node(&self, device: &Path) -> io::Result<Box<dyn HeldDevice>> {
+        let group = group_of(&self.0, device)?;
+        Ok(Box::new(self.0.open_vfio_group_node(group, "libvirtd")?))
     }
 }
 
@@ -55,6 +72,14 @@ pub struct VfioHeld {
 }
 
 impl HeldDevice for VfioHeld {}
+
+/// A real VFIO group node opened alone; closing it releases the group.
+#[derive(Debug)]
+pub struct VfioGroupOpen {
+    _group: File,
+}
+
+impl HeldDevice for VfioGroupOpen {}
 
 /// `_IO(';', nr)`: VFIO's ioctls carry no size or direction bits.
 const fn vfio_io(nr: u64) -> u64 {
@@ -143,5 +168,15 @@ impl DeviceHolder for VfioDeviceHolder {
             _group: group_file,
             _container: container,
         }))
+    }
+
+    fn open_group_node(&self, device: &Path) -> io::Result<Box<dyn HeldDevice>> {
+        let fs = mdev_host::RealFs::new(&self.root);
+        let group = group_of(&fs, device)?;
+        let group_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(fs.resolve(&Path::new("/dev/vfio").join(group.to_string()))?)?;
+        Ok(Box::new(VfioGroupOpen { _group: group_file }))
     }
 }

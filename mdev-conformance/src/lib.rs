@@ -299,6 +299,32 @@ impl Runner {
         done_rx
     }
 
+    /// Runs a write on its own thread and returns its outcome, or `blocks` if it has not
+    /// returned within `block_wait`; `release` runs after either (so a blocked write can end
+    /// and a real kernel is not left with a hung writer).
+    fn write_within_block_wait(
+        &mut self,
+        path: &str,
+        data: &'static [u8],
+        release: impl FnOnce(),
+    ) -> Outcome {
+        let (done_tx, done_rx) = channel();
+        let host = Arc::clone(&self.host);
+        let target = PathBuf::from(path);
+        std::thread::spawn(move || {
+            let _ = done_tx.send(host.write(&target, data));
+        });
+        let outcome = match done_rx.recv_timeout(self.options.block_wait) {
+            Ok(result) => Outcome::of(&result),
+            Err(_) => Outcome::Blocks,
+        };
+        release();
+        if outcome == Outcome::Blocks {
+            let _ = done_rx.recv_timeout(self.options.release_wait);
+        }
+        outcome
+    }
+
     /// Runs a write on its own thread; `blocks` if it has not returned within `block_wait`.
     /// While it blocks, `while_blocked` looks at the host; then `release` runs and the write
     /// must finish within `release_wait`.

@@ -16,6 +16,10 @@ pub(super) const SCENARIOS: &[(&str, Scenario)] = &[
     ("exhaustion", scenario_exhaustion),
     ("remove", scenario_remove),
     ("remove-while-held", scenario_remove_held),
+    (
+        "remove-while-group-node-open",
+        scenario_remove_group_node_open,
+    ),
     ("sriov", scenario_sriov),
     ("formats", scenario_formats),
 ];
@@ -400,6 +404,48 @@ fn scenario_remove_held(r: &mut Runner) {
         !r.device_exists(&uuid),
         libc::EEXIST,
     );
+}
+
+/// The kernel waits for device fds, not for the group node: with the group node open alone
+/// (libvirt's busy check during `nodedev-destroy`), `remove` completes.
+fn scenario_remove_group_node_open(r: &mut Runner) {
+    if !r.has_type("mtty", "mtty-1") {
+        r.skip(
+            "remove while the group node is open",
+            Outcome::Ok,
+            "no mtty parent",
+        );
+        return;
+    }
+    let uuid = test_uuid(41);
+    let created = r.create("mtty", "mtty-1", &uuid);
+    r.record("create", Outcome::Ok, Outcome::of(&created));
+    let device = PathBuf::from(format!("{MDEV_DEVICES}/{uuid}"));
+    let opened = r.holder.open_group_node(&device);
+    r.record(
+        "open the group node alone",
+        Outcome::Ok,
+        Outcome::of(
+            &opened
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))),
+        ),
+    );
+    let Ok(opened) = opened else {
+        r.remove(&uuid);
+        return;
+    };
+    let second = r.holder.hold(&device).map(|_| ());
+    r.record(
+        "hold the device while another process has the group node open",
+        Outcome::errno(libc::EBUSY),
+        Outcome::of(&second),
+    );
+    let remove = format!("{}/remove", device.display());
+    let outcome = r.write_within_block_wait(&remove, b"1", move || drop(opened));
+    r.record("remove while the group node is open", Outcome::Ok, outcome);
+    r.check("device gone", !r.device_exists(&uuid), libc::EEXIST);
 }
 
 /// Resolves `.` and `..` in an absolute path without touching the host.

@@ -268,7 +268,7 @@ impl Engine {
                     .map_err(|e| format!("dropping the claim on {uuid}: {e}")),
                 ),
                 ClaimStep::Started(uuid) => Some(
-                    self.stop(uuid, DestroyOptions { force: true })
+                    self.stop_or_forget(uuid, DestroyOptions { force: true })
                         .map_err(|e| format!("stopping {uuid} again: {e}")),
                 ),
             };
@@ -329,7 +329,9 @@ impl Engine {
                 continue;
             }
             if claim.started_by_claim && !record.autostart {
-                if let Err(error) = self.stop(&record.uuid, DestroyOptions { force: true }) {
+                if let Err(error) =
+                    self.stop_or_forget(&record.uuid, DestroyOptions { force: true })
+                {
                     report
                         .problems
                         .push(format!("stopping {} {}: {error}", record.kind, record.uuid));

@@ -16,9 +16,9 @@ use mdev_host::discovery::{self, layout, names};
 const PLACEMENT_ATTEMPTS: u32 = 3;
 
 /// Releases a UUID reservation when the creating call ends, however it ends.
-struct Reservation<'a> {
-    engine: &'a Engine,
-    uuid: String,
+pub(super) struct Reservation<'a> {
+    pub(super) engine: &'a Engine,
+    pub(super) uuid: String,
 }
 
 impl Drop for Reservation<'_> {
@@ -440,9 +440,7 @@ impl Engine {
             }
         }
         self.emit(EngineEvent::InstanceAdded { uuid: key });
-        self.emit(EngineEvent::ParentChanged {
-            parent: record.parent.clone(),
-        });
+        self.emit_capacity_change(&record);
         self.after_vf_change(&record, false);
         Ok(record)
     }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{lock, Engine};
+use super::{lock, Engine, InstanceKind};
+use crate::state::InstanceRecord;
 
 /// What changed, for subscribers (the daemon turns these into D-Bus signals).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,11 +37,24 @@ pub enum EngineEvent {
         /// Parent name.
         parent: String,
     },
-    /// A parent changed (available instances, VF count, schedule).
+    /// A parent's own record changed (VF count, driver binding, scheduling policy, or the
+    /// free VFs of a PF after a VF instance came or went).
     ParentChanged {
         /// Parent name.
         parent: String,
     },
+    /// The capacity of one mdev type changed (an mdev of it was made, removed, started or
+    /// stopped): its device list and `available_instances`, and with them possibly the room
+    /// left in the parent's other types (they share the parent's resources); nothing else of
+    /// the parent.
+    TypeChanged {
+        /// Parent name.
+        parent: String,
+        /// mdev type id.
+        type_id: String,
+    },
+    /// The set of loaded profiles changed (a reload).
+    ProfilesChanged,
 }
 
 /// A subscription to [`EngineEvent`]s. Dropping it unsubscribes.
@@ -88,5 +102,20 @@ impl Engine {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // A send fails only for a dropped subscription, which is how unsubscribing works.
         lock(&self.subscribers).retain(|subscriber| subscriber.send(event.clone()).is_ok());
+    }
+
+    /// Announces that `record`'s device appeared on or left its parent: for an mdev the
+    /// capacity of its type ([`EngineEvent::TypeChanged`]), for the other kinds the parent
+    /// (a PF's free VFs, a GPU's binding: [`EngineEvent::ParentChanged`]).
+    pub(crate) fn emit_capacity_change(&self, record: &InstanceRecord) {
+        self.emit(match record.kind {
+            InstanceKind::Mdev => EngineEvent::TypeChanged {
+                parent: record.parent.clone(),
+                type_id: record.type_id.clone(),
+            },
+            _ => EngineEvent::ParentChanged {
+                parent: record.parent.clone(),
+            },
+        });
     }
 }

@@ -40,13 +40,7 @@ impl Engine {
                 if self.host.echoes.take(EchoKind::Bound, &event.sysname) => {}
             ("pci", HostEventAction::Unbind, _)
                 if self.host.echoes.take(EchoKind::Unbound, &event.sysname) => {}
-            ("mdev", HostEventAction::Add, _) => {
-                // A create the engine gave up on (timed out) that the kernel finished now.
-                self.late_completion(&event.sysname);
-                self.emit(EngineEvent::InstanceAdded {
-                    uuid: event.sysname.clone(),
-                })
-            }
+            ("mdev", HostEventAction::Add, _) => self.foreign_mdev_added(&event.sysname),
             ("mdev", HostEventAction::Remove, _) => self.mdev_vanished(&event.sysname),
             ("mdev", _, _) => self.emit(EngineEvent::InstanceChanged {
                 uuid: event.sysname.clone(),
@@ -87,9 +81,26 @@ impl Engine {
         } else {
             EngineEvent::InstanceChanged { uuid: key }
         });
-        self.emit(EngineEvent::ParentChanged {
-            parent: record.parent,
+        self.emit_capacity_change(&record);
+    }
+
+    /// An mdev appeared that no call of ours made: announced with the capacity of its type
+    /// (read from the device; a device already gone again is announced alone).
+    fn foreign_mdev_added(&self, sysname: &str) {
+        // A create the engine gave up on (timed out) that the kernel finished now.
+        self.late_completion(sysname);
+        self.emit(EngineEvent::InstanceAdded {
+            uuid: sysname.to_owned(),
         });
+        let Ok(uuid) = names::parse_uuid(sysname) else {
+            return;
+        };
+        if let Some(mdev) = discovery::read_mdev(self.fs(), &uuid) {
+            self.emit(EngineEvent::TypeChanged {
+                parent: mdev.parent,
+                type_id: mdev.type_id,
+            });
+        }
     }
 
     fn pci_event(&self, sysname: &str, action: HostEventAction) {
@@ -115,34 +126,39 @@ impl Engine {
         }
         match action {
             HostEventAction::Add => {
-                if self
-                    .fs()
-                    .exists(&layout::pci_device(&address).join("sriov_totalvfs"))
-                {
+                if self.is_listed_parent(address) {
                     self.emit(EngineEvent::ParentAdded {
                         parent: sysname.to_owned(),
                     });
                 }
             }
             HostEventAction::Remove => {
-                let known = lock(&self.state).parents.contains_key(sysname);
-                if known {
-                    self.emit(EngineEvent::ParentRemoved {
-                        parent: sysname.to_owned(),
-                    });
-                }
+                // Gone: whether it was a GPU or a PF can no longer be read, so every removed
+                // function is announced (a subscriber that never listed it drops nothing).
+                self.emit(EngineEvent::ParentRemoved {
+                    parent: sysname.to_owned(),
+                });
             }
             _ => {
-                if self
-                    .fs()
-                    .exists(&layout::pci_device(&address).join("sriov_totalvfs"))
-                {
+                if self.is_listed_parent(address) {
                     self.emit(EngineEvent::ParentChanged {
                         parent: sysname.to_owned(),
                     });
                 }
             }
         }
+    }
+
+    /// Whether a PCI function is listed as a parent: an SR-IOV PF, or a GPU (display class),
+    /// whose driver decides whether it can be passed through and why it hosts no vGPU.
+    fn is_listed_parent(&self, address: PciAddress) -> bool {
+        let dir = layout::pci_device(&address);
+        self.fs().exists(&dir.join("sriov_totalvfs"))
+            || discovery::read_optional(self.fs(), &dir.join("class"))
+                .and_then(|class| {
+                    u32::from_str_radix(class.trim().trim_start_matches("0x"), 16).ok()
+                })
+                .is_some_and(discovery::gpus::is_display_class)
     }
 
     /// A PF's driver bound (again): a driver reload took its VFs with it. The VF count

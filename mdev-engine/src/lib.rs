@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod apply;
+mod autostart;
 mod cancel;
 mod claims;
 mod context;
@@ -25,6 +26,7 @@ mod events;
 mod group_commit;
 mod instance_locks;
 pub mod intents;
+mod mdev_attrs;
 pub mod nvidia_sriov;
 pub mod nvidia_telemetry;
 pub mod passthrough;
@@ -35,6 +37,7 @@ mod readiness;
 mod records;
 mod remove;
 mod sriov;
+mod sriov_rules;
 mod start;
 mod types;
 
@@ -55,6 +58,7 @@ pub use self::context::OperationContext;
 pub use self::error::EngineError;
 pub use self::events::{EngineEvent, EventSubscription};
 pub use self::group_commit::CommitStats;
+pub use self::mdev_attrs::MdevDefinition;
 pub use self::types::{
     CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef, EngineConfig,
     ImportReport, InstanceInfo, PlacementPolicy, PlacementRequest, ProfileFit, ProfileSummary,
@@ -242,5 +246,7 @@ mod nvidia_telemetry_tests;
 mod other_gpu_tests;
 #[cfg(test)]
 mod race_tests;
+#[cfg(test)]
+mod stop_rule_tests;
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,9 @@
 //! on the host.
 
 use super::create::describe_target;
-use super::{profiles, Engine, EngineError, PlacementRequest, ProfileFit, ProfileSummary};
+use super::{
+    profiles, Engine, EngineError, EngineEvent, PlacementRequest, ProfileFit, ProfileSummary,
+};
 
 impl Engine {
     /// Re-reads the profiles directory. Returns how many profiles are loaded.
@@ -14,6 +16,7 @@ impl Engine {
             .profiles
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = loaded;
+        self.emit(EngineEvent::ProfilesChanged);
         Ok(count)
     }
 

@@ -67,7 +67,7 @@ impl Engine {
         self.modify_record(uuid, |record| record.scheduling = scheduling)
     }
 
-    fn modify_record(
+    pub(super) fn modify_record(
         &self,
         uuid: &str,
         change: impl FnOnce(&mut InstanceRecord),

@@ -78,7 +78,10 @@ impl Engine {
                         self.after_vf_change(record, true);
                     }
                     self.emit(EngineEvent::InstanceRemoved { uuid: key.clone() });
-                    self.emit(EngineEvent::ParentChanged { parent });
+                    match &record {
+                        Some(record) => self.emit_capacity_change(record),
+                        None => self.emit(EngineEvent::ParentChanged { parent }),
+                    }
                 }
                 Err(error) => {
                     outcome = Err(EngineError::Batch {
@@ -138,27 +141,38 @@ impl Engine {
         self.emit(EngineEvent::InstanceRemoved {
             uuid: record.uuid.clone(),
         });
-        self.emit(EngineEvent::ParentChanged {
-            parent: record.parent.clone(),
-        });
+        self.emit_capacity_change(record);
         Ok(())
     }
 
     /// Removes the device but keeps a persistent definition (a transient record is dropped).
+    ///
+    /// A transient instance has no definition to keep, so stopping it would silently be a
+    /// destroy: refused with `NotSupported` (checked under the instance lock).
     pub fn stop(&self, uuid: &str, options: DestroyOptions) -> Result<(), EngineError> {
-        self.remove_instance(uuid, options, false)
+        self.remove_instance(uuid, options, Removal::Stop)
+    }
+
+    /// [`Engine::stop`] for the engine's own undo steps (a claim rolled back or released): a
+    /// record that has become transient meanwhile is forgotten instead of refused.
+    pub(crate) fn stop_or_forget(
+        &self,
+        uuid: &str,
+        options: DestroyOptions,
+    ) -> Result<(), EngineError> {
+        self.remove_instance(uuid, options, Removal::StopOrForget)
     }
 
     /// Removes the device (if active) and forgets the instance.
     pub fn destroy(&self, uuid: &str, options: DestroyOptions) -> Result<(), EngineError> {
-        self.remove_instance(uuid, options, true)
+        self.remove_instance(uuid, options, Removal::Destroy)
     }
 
     fn remove_instance(
         &self,
         uuid: &str,
         options: DestroyOptions,
-        forget: bool,
+        removal: Removal,
     ) -> Result<(), EngineError> {
         let uuid = names::parse_uuid(uuid)?;
         let key = uuid.to_string();
@@ -169,6 +183,9 @@ impl Engine {
             // Not ours: only a forced removal touches it.
             let mdev = discovery::read_mdev(self.fs(), &uuid)
                 .ok_or(EngineError::UnknownInstance { uuid: key.clone() })?;
+            if removal == Removal::Stop {
+                return Err(stop_of_transient(&key));
+            }
             if !options.force {
                 return Err(EngineError::NotOwned { uuid: key });
             }
@@ -176,11 +193,17 @@ impl Engine {
             let _serialized = lock(&parent_lock);
             self.host.remove_mdev(&uuid)?;
             self.emit(EngineEvent::InstanceRemoved { uuid: key });
-            self.emit(EngineEvent::ParentChanged {
+            self.emit(EngineEvent::TypeChanged {
                 parent: mdev.parent,
+                type_id: mdev.type_id,
             });
             return Ok(());
         };
+        // Checked under the instance lock, with the record the removal acts on: a stop of an
+        // instance without a definition would silently be a destroy.
+        if removal == Removal::Stop && !record.persistent {
+            return Err(stop_of_transient(&key));
+        }
         if let Some(claim) = &record.claim {
             if !options.force {
                 return Err(claimed(&record.uuid, claim));
@@ -191,7 +214,7 @@ impl Engine {
             let _serialized = lock(&parent_lock);
             self.remove_device(&record)?;
         }
-        let forget = forget || !record.persistent;
+        let forget = removal == Removal::Destroy || !record.persistent;
         self.update_state(|state| {
             if forget {
                 state.instances.remove(&key);
@@ -205,9 +228,7 @@ impl Engine {
         } else {
             EngineEvent::InstanceChanged { uuid: key }
         });
-        self.emit(EngineEvent::ParentChanged {
-            parent: record.parent,
-        });
+        self.emit_capacity_change(&record);
         Ok(())
     }
 
@@ -237,5 +258,26 @@ impl Engine {
             InstanceKind::Passthrough => self.release_passthrough(record)?,
         }
         Ok(())
+    }
+}
+
+/// What [`Engine::remove_instance`] keeps of the instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    /// Remove the device and forget the instance.
+    Destroy,
+    /// Remove the device, keep the definition; refused for a transient instance.
+    Stop,
+    /// Remove the device, keep the definition if there is one (engine-internal undo).
+    StopOrForget,
+}
+
+/// The business rule behind [`Engine::stop`]: a transient instance (or a device the service
+/// does not manage) has no definition to keep.
+fn stop_of_transient(uuid: &str) -> EngineError {
+    EngineError::NotSupported {
+        what: format!("Stop of instance {uuid}"),
+        reason: "it is transient: Stop keeps a definition it does not have; destroy it instead"
+            .to_owned(),
     }
 }

@@ -119,13 +119,7 @@ impl Engine {
                 reason: not_sriov_reason(self.fs(), address),
             }
         })?;
-        if num_vfs > pf.total_vfs {
-            return Err(EngineError::InvalidArgument {
-                what: "VF count",
-                value: num_vfs.to_string(),
-                reason: format!("{address} supports at most {} VFs", pf.total_vfs),
-            });
-        }
+        super::sriov_rules::refuse_vf_count_over(address, pf.total_vfs, num_vfs)?;
         if pf.num_vfs == num_vfs {
             return Ok(pf.vfs.iter().map(|vf| vf.function.address).collect());
         }

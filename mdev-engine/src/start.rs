@@ -104,9 +104,7 @@ impl Engine {
         self.emit(EngineEvent::InstanceChanged {
             uuid: started.uuid.clone(),
         });
-        self.emit(EngineEvent::ParentChanged {
-            parent: started.parent.clone(),
-        });
+        self.emit_capacity_change(&started);
         Ok(started)
     }
 }

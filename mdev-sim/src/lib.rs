@@ -221,8 +221,19 @@ impl SimHost {
     /// (what QEMU does). The process shows in `/proc/<pid>/{comm,cmdline,fd/}`. ENOENT
     /// without the node, EBUSY while another process holds it.
     pub fn open_vfio_group(&self, group: u32, comm: &str) -> io::Result<SimHolder> {
+        self.start_group_opener(group, comm, true)
+    }
+
+    /// Opens just `/dev/vfio/<group>` as a new simulated process, no device fd (what libvirt's
+    /// `nodedev-destroy` does to see that no VM uses an mdev): a second open is EBUSY, but a
+    /// `remove` of the device completes, as on the real kernel.
+    pub fn open_vfio_group_node(&self, group: u32, comm: &str) -> io::Result<SimHolder> {
+        self.start_group_opener(group, comm, false)
+    }
+
+    fn start_group_opener(&self, group: u32, comm: &str, device_fd: bool) -> io::Result<SimHolder> {
         let mut world = self.lock();
-        let pid = world.open_group(group, comm).map_err(errno)?;
+        let pid = world.open_group(group, comm, device_fd).map_err(errno)?;
         Ok(SimHolder {
             host: self.clone(),
             pid,
@@ -410,7 +421,7 @@ impl HostFs for SimHost {
                         }
                     }
                     world.blocked.push(text.to_string());
-                    while world.boot == boot && groups.iter().any(|g| world.group_held(*g)) {
+                    while world.boot == boot && groups.iter().any(|g| world.device_held(*g)) {
                         world = self.wait(world);
                     }
                     if let Some(position) = world.blocked.iter().position(|p| p == text) {

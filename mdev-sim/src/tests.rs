@@ -256,6 +256,48 @@ fn remove_semantics() {
 }
 
 #[test]
+fn remove_completes_while_a_process_holds_only_the_group_node() {
+    // The kernel waits for device fds, not for the group node: libvirt's nodedev-destroy
+    // keeps `/dev/vfio/<group>` open while mdevctl writes `remove`, and that completes.
+    let host = samples();
+    host.write(p(&format!("{MTTY1}/create")), U1.as_bytes())
+        .unwrap();
+    let device = format!("/sys/bus/mdev/devices/{U1}");
+    let group: u32 = host
+        .read_link(p(&format!("{device}/iommu_group")))
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .parse()
+        .unwrap();
+    let opener = host.open_vfio_group_node(group, "libvirtd").unwrap();
+    let fd_dir = format!("/proc/{}/fd", opener.pid());
+    let targets: Vec<PathBuf> = host
+        .list(p(&fd_dir))
+        .unwrap()
+        .iter()
+        .map(|fd| host.read_link(&Path::new(&fd_dir).join(fd)).unwrap())
+        .collect();
+    assert!(targets.contains(&PathBuf::from(format!("/dev/vfio/{group}"))));
+    assert!(
+        !targets.contains(&PathBuf::from("anon_inode:[vfio-device]")),
+        "{targets:?}"
+    );
+    assert_eq!(
+        host.open_vfio_group(group, "qemu")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EBUSY),
+        "the group is single-open whether or not a device fd was taken"
+    );
+    host.write(p(&format!("{device}/remove")), b"1").unwrap();
+    assert!(host.blocked_writes().is_empty());
+    assert!(!host.exists(p(&device)));
+    opener.release();
+}
+
+#[test]
 fn remove_blocks_while_the_device_is_held() {
     let host = samples();
     host.write(p(&format!("{MTTY1}/create")), U1.as_bytes())

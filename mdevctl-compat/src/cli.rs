@@ -95,10 +95,10 @@ pub struct Modify {
     /// New mdev type.
     #[arg(id = "type", short, long)]
     pub mdev_type: Option<String>,
-    /// Add an attribute (not supported by mdev-manager yet).
+    /// Add an attribute (at the end, or at `--index`).
     #[arg(long, requires("value"), value_name = "attr_name")]
     pub addattr: Option<String>,
-    /// Delete an attribute (not supported by mdev-manager yet).
+    /// Delete an attribute (the last one, or the one at `--index`).
     #[arg(long)]
     pub delattr: bool,
     /// Attribute index.

@@ -3,8 +3,10 @@
 //! change is the service's (authorization, state, claims) and its errors are the service's.
 //!
 //! What the service cannot do yet is refused with [`CommandError::NotSupported`] before
-//! anything changes (docs/libvirt.md, "Node devices"): mdev attributes and changing the type
-//! of a definition.
+//! anything changes (docs/libvirt.md, "Node devices"): changing the type of a definition.
+//! Attributes (`attrs`) are the service's: sent with a new device or definition, changed with
+//! `Instance.SetAttributes`, listed from `Manager.ListInstanceAttributes` in `list --defined`
+//! (mdevctl shows a running device's attributes only from a callout script, so never).
 
 use crate::cli;
 use crate::definition::{Definition, DefinitionError};
@@ -64,21 +66,42 @@ fn persistence(persistent: bool) -> Options<'static> {
     Options::from([(dbus_api::names::option::PERSISTENT, persistent.into())])
 }
 
-/// The service's mdev instances as mdevctl devices.
-async fn devices(manager: &ManagerProxy<'_>) -> Result<Vec<Device>, CommandError> {
+/// The service's mdev instances as mdevctl devices; with `with_attributes`, their
+/// definitions' attributes too (one more call, which a listing of running devices, which
+/// shows none, does without).
+async fn devices(
+    manager: &ManagerProxy<'_>,
+    with_attributes: bool,
+) -> Result<Vec<Device>, CommandError> {
     let entries = manager
         .list_instances(no_options())
         .await
         .map_err(ClientError::from)?;
+    let mut attributes: std::collections::HashMap<String, Vec<(String, String)>> =
+        if with_attributes {
+            manager
+                .list_instance_attributes(no_options())
+                .await
+                .map_err(ClientError::from)?
+                .into_iter()
+                .collect()
+        } else {
+            Default::default()
+        };
     Ok(entries
         .into_iter()
         .filter(|entry| entry.kind == "mdev")
         .map(|entry| Device {
+            // mdevctl knows attributes only from a definition file.
+            attrs: if entry.persistent {
+                attributes.remove(&entry.uuid).unwrap_or_default()
+            } else {
+                Vec::new()
+            },
             uuid: entry.uuid,
             parent: entry.parent_name,
             mdev_type: entry.mdev_type,
             autostart: entry.autostart,
-            attrs: Vec::new(),
             active: entry.active,
             defined: entry.persistent,
         })
@@ -92,7 +115,7 @@ async fn find(
     parent: Option<&str>,
 ) -> Result<Option<Device>, CommandError> {
     let uuid = uuid.hyphenated().to_string();
-    Ok(devices(manager)
+    Ok(devices(manager, true)
         .await?
         .into_iter()
         .find(|d| d.uuid == uuid && parent.is_none_or(|p| p == d.parent)))
@@ -117,10 +140,63 @@ fn type_change_unsupported(uuid: &str) -> CommandError {
     ))
 }
 
-fn attrs_unsupported(uuid: &str) -> CommandError {
-    CommandError::NotSupported(format!(
-        "device {uuid}: mdev attributes (attrs) are not supported by mdev-manager yet"
-    ))
+/// `Instance.SetAttributes` of `uuid`.
+async fn set_attributes(
+    connection: &zbus::Connection,
+    uuid: &str,
+    attrs: &[(String, String)],
+) -> Result<(), CommandError> {
+    instance(connection, uuid)
+        .await?
+        .set_attributes(attrs, no_options())
+        .await
+        .map_err(ClientError::from)?;
+    Ok(())
+}
+
+/// mdevctl's message for an attribute index out of range, with its list of the attributes.
+fn bad_index(uuid: &str, index: usize, attrs: &[(String, String)]) -> CommandError {
+    let hint = if attrs.is_empty() {
+        format!("Device {uuid} has no attributes")
+    } else {
+        let mut text = String::from("  Attrs:\n");
+        for (i, (name, value)) in attrs.iter().enumerate() {
+            text.push_str(&format!("    @{{{i}}}: {{\"{name}\":\"{value}\"}}\n"));
+        }
+        text
+    };
+    CommandError::Invalid(format!("Attribute index {index} is invalid\n{hint}"))
+}
+
+/// `--addattr NAME --value V [--index I]` / `--delattr [--index I]` applied to `attrs` as
+/// mdevctl does (at the end without an index; deleting from an empty list changes nothing).
+fn edit_attributes(
+    uuid: &str,
+    args: &cli::Modify,
+    attrs: &mut Vec<(String, String)>,
+) -> Result<(), CommandError> {
+    let index = args.index.map(|i| i as usize);
+    if let Some(name) = &args.addattr {
+        let Some(value) = &args.value else {
+            return Err(CommandError::Invalid("No attribute value provided".into()));
+        };
+        match index {
+            Some(i) if i > attrs.len() => return Err(bad_index(uuid, i, attrs)),
+            Some(i) => attrs.insert(i, (name.clone(), value.clone())),
+            None => attrs.push((name.clone(), value.clone())),
+        }
+    } else if args.delattr {
+        match index {
+            Some(i) if i >= attrs.len() => return Err(bad_index(uuid, i, attrs)),
+            Some(i) => {
+                attrs.remove(i);
+            }
+            None => {
+                attrs.pop();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `mdevctl list`.
@@ -138,7 +214,7 @@ pub async fn list(
         Listing::Active
     };
     let uuid = args.uuid.map(|u| u.hyphenated().to_string());
-    let selected: Vec<Device> = devices(&manager)
+    let selected: Vec<Device> = devices(&manager, listing == Listing::Defined)
         .await?
         .into_iter()
         .filter(|d| match listing {
@@ -147,6 +223,14 @@ pub async fn list(
         })
         .filter(|d| uuid.as_ref().is_none_or(|u| *u == d.uuid))
         .filter(|d| args.parent.as_ref().is_none_or(|p| *p == d.parent))
+        .map(|mut d| {
+            // mdevctl lists a running device's attributes only from a callout script (none
+            // here), never from its definition.
+            if listing == Listing::Active {
+                d.attrs.clear();
+            }
+            d
+        })
         .collect();
     let text = if args.dumpjson {
         format::list_json(&selected, args.uuid.is_some())
@@ -204,21 +288,19 @@ async fn create(
     manager: &ManagerProxy<'_>,
     target: NewDevice<'_>,
 ) -> Result<String, CommandError> {
-    use dbus_api::names::option;
-    let mut options = no_options();
-    options.insert(option::PARENT, target.parent.into());
-    options.insert(option::TYPE, target.mdev_type.into());
-    if let Some(uuid) = target.uuid {
-        options.insert(option::UUID, uuid.hyphenated().to_string().into());
-    }
-    if target.persistent {
-        options.insert(option::PERSISTENT, true.into());
-    }
-    if target.autostart {
-        options.insert(option::AUTOSTART, true.into());
-    }
+    // Only the keys set are sent (a service older than a key refuses unknown keys).
+    let sent = dbus_api::options::to_dict(&dbus_api::options::CreateOptions {
+        parent: Some(target.parent.to_owned()),
+        mdev_type: Some(target.mdev_type.to_owned()),
+        uuid: target.uuid.map(|uuid| uuid.hyphenated().to_string()),
+        persistent: target.persistent.then_some(true),
+        autostart: target.autostart.then_some(true),
+        attributes: (!target.attrs.is_empty()).then(|| target.attrs.to_vec()),
+        start: (!target.start).then_some(false),
+        ..Default::default()
+    });
     let paths = manager
-        .create_instances("", options)
+        .create_instances("", dbus_api::options::as_proxy_options(&sent))
         .await
         .map_err(ClientError::from)?;
     let path = paths.into_iter().next().ok_or_else(|| {
@@ -242,6 +324,10 @@ struct NewDevice<'a> {
     uuid: Option<Uuid>,
     persistent: bool,
     autostart: bool,
+    /// Written in order after the device is created, kept with a definition.
+    attrs: &'a [(String, String)],
+    /// Create the device now; `false` records a stopped definition only (`define`).
+    start: bool,
 }
 
 /// `mdevctl start`: a defined device by UUID, or a new transient device from `--parent` and
@@ -254,7 +340,7 @@ pub async fn start(
     let manager = ManagerProxy::new(connection)
         .await
         .map_err(ClientError::from)?;
-    let (parent, mdev_type) = match &args.jsonfile {
+    let (parent, mdev_type, attrs) = match &args.jsonfile {
         Some(path) => {
             let definition = Definition::read(path)?;
             let Some(parent) = &args.parent else {
@@ -262,12 +348,7 @@ pub async fn start(
                     "Parent device required to start device via json file".into(),
                 ));
             };
-            if !definition.attrs.is_empty() {
-                return Err(attrs_unsupported(
-                    &args.uuid.map(|u| u.to_string()).unwrap_or_default(),
-                ));
-            }
-            (parent.clone(), definition.mdev_type)
+            (parent.clone(), definition.mdev_type, definition.attrs)
         }
         None => {
             if let Some(uuid) = args.uuid {
@@ -294,7 +375,7 @@ pub async fn start(
                 }
             }
             match (&args.parent, &args.mdev_type) {
-                (Some(parent), Some(mdev_type)) => (parent.clone(), mdev_type.clone()),
+                (Some(parent), Some(mdev_type)) => (parent.clone(), mdev_type.clone(), Vec::new()),
                 (None, Some(_)) => {
                     return Err(CommandError::Invalid(
                         "can't provide type without parent".into(),
@@ -322,6 +403,8 @@ pub async fn start(
             uuid: args.uuid,
             persistent: false,
             autostart: false,
+            attrs: &attrs,
+            start: true,
         },
     )
     .await?;
@@ -374,9 +457,8 @@ pub async fn undefine(
 }
 
 /// `mdevctl define`: a running transient device gets a definition (`define --uuid U`);
-/// otherwise a new definition from `--parent` and `--type` or `--jsonfile`. The service makes
-/// a definition by creating the device, so a new one is created and then stopped: it needs
-/// room on the parent for that moment (docs/libvirt.md).
+/// otherwise a new, stopped definition from `--parent` and `--type` or `--jsonfile` (the
+/// service records it without creating the device, as mdevctl writes only a file).
 pub async fn define(
     connection: &zbus::Connection,
     args: &cli::Define,
@@ -394,11 +476,10 @@ pub async fn define(
         .as_ref()
         .map(|d| d.autostart)
         .unwrap_or(args.auto);
-    if definition.as_ref().is_some_and(|d| !d.attrs.is_empty()) {
-        return Err(attrs_unsupported(
-            &args.uuid.map(|u| u.to_string()).unwrap_or_default(),
-        ));
-    }
+    let attrs = definition
+        .as_ref()
+        .map(|d| d.attrs.clone())
+        .unwrap_or_default();
     let existing = match args.uuid {
         Some(uuid) => find(&manager, uuid, args.parent.as_deref()).await?,
         None => None,
@@ -421,6 +502,9 @@ pub async fn define(
             .set_autostart(autostart, persistence(true))
             .await
             .map_err(ClientError::from)?;
+        if !attrs.is_empty() {
+            set_attributes(connection, &device.uuid, &attrs).await?;
+        }
         return Ok(());
     }
     let Some(parent) = &args.parent else {
@@ -438,30 +522,26 @@ pub async fn define(
             uuid: args.uuid,
             persistent: true,
             autostart,
+            attrs: &attrs,
+            start: false,
         },
     )
     .await?;
-    instance(connection, &uuid)
-        .await?
-        .stop(no_options())
-        .await
-        .map_err(ClientError::from)?;
     if args.uuid.is_none() {
         writeln!(out, "{uuid}")?;
     }
     Ok(())
 }
 
-/// `mdevctl modify`: the start mode of a definition (`--auto`, `--manual`, or `start` of a
-/// `--jsonfile` with the same type and no attributes).
+/// `mdevctl modify`: the start mode and attributes of a definition (`--auto`, `--manual`,
+/// `--addattr`/`--delattr` [`--index`], or `start` and `attrs` of a `--jsonfile` with the same
+/// type). `--live` changes nothing of the running device (mdevctl 1.4 runs only its callouts
+/// there); with `--defined` the definition takes the file's values.
 pub async fn modify(connection: &zbus::Connection, args: &cli::Modify) -> Result<(), CommandError> {
     let manager = ManagerProxy::new(connection)
         .await
         .map_err(ClientError::from)?;
     let uuid_text = args.uuid.hyphenated().to_string();
-    if args.addattr.is_some() || args.delattr {
-        return Err(attrs_unsupported(&uuid_text));
-    }
     let definition = args.jsonfile.as_deref().map(Definition::read).transpose()?;
     if args.live {
         if args.auto || args.manual {
@@ -484,11 +564,8 @@ pub async fn modify(connection: &zbus::Connection, args: &cli::Modify) -> Result
                 "'type' cannot be changed on active mdev".into(),
             ));
         }
-        if !definition.attrs.is_empty() {
-            return Err(attrs_unsupported(&uuid_text));
-        }
         if !args.defined {
-            // Nothing of a running device without attributes changes.
+            // Nothing of the running device changes (mdevctl 1.4 runs only its callouts).
             return Ok(());
         }
     }
@@ -499,6 +576,7 @@ pub async fn modify(connection: &zbus::Connection, args: &cli::Modify) -> Result
             uuid: args.uuid,
             parent: args.parent.clone(),
         })?;
+    let mut attrs = device.attrs.clone();
     let autostart = match &definition {
         Some(definition) => {
             if args.parent.is_none() {
@@ -509,9 +587,7 @@ pub async fn modify(connection: &zbus::Connection, args: &cli::Modify) -> Result
             if definition.mdev_type != device.mdev_type {
                 return Err(type_change_unsupported(&uuid_text));
             }
-            if !definition.attrs.is_empty() {
-                return Err(attrs_unsupported(&uuid_text));
-            }
+            attrs = definition.attrs.clone();
             definition.autostart
         }
         None => {
@@ -536,12 +612,16 @@ pub async fn modify(connection: &zbus::Connection, args: &cli::Modify) -> Result
             }
         }
     };
+    edit_attributes(&uuid_text, args, &mut attrs)?;
     if autostart != device.autostart {
         instance(connection, &device.uuid)
             .await?
             .set_autostart(autostart, no_options())
             .await
             .map_err(ClientError::from)?;
+    }
+    if attrs != device.attrs {
+        set_attributes(connection, &device.uuid, &attrs).await?;
     }
     Ok(())
 }
@@ -555,7 +635,7 @@ pub async fn start_parent_mdevs(
     let manager = ManagerProxy::new(connection)
         .await
         .map_err(ClientError::from)?;
-    for device in devices(&manager).await? {
+    for device in devices(&manager, false).await? {
         if device.parent != args.parent || !device.defined || !device.autostart || device.active {
             continue;
         }

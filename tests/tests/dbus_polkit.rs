@@ -40,8 +40,8 @@ fn polkit_refuses_unprivileged_users_and_a_group_rule_lets_members_through() {
     // The helper binary calls every mutating method and prints method → outcome.
     let client = Path::new(env!("CARGO_BIN_EXE_mdev-e2e-client"));
     let results = call_everything(&bus, client, Some(&outsider.name), &[&instance, &h200]);
-    // 17 methods, plus ImportMdevctl (issue 17) and StartApply (issue 19).
-    assert_eq!(results.len(), 19, "{results:?}");
+    // 17 methods, plus ImportMdevctl and SetAttributes (issue 17) and StartApply (issue 19).
+    assert_eq!(results.len(), 20, "{results:?}");
     for (method, outcome) in &results {
         assert_eq!(
             outcome, "org.mdevmanager.VGpu1.Error.NotAuthorized",

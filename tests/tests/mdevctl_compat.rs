@@ -284,32 +284,6 @@ fn libvirts_lifecycle_commands_change_the_services_instances() {
     let listed = stdout(&mdevctl(&bus, &["list", "--defined", "-u", chosen], ""));
     assert_eq!(listed, format!("{chosen} {parent} {mdev_type} manual\n"));
 
-    // Attributes are refused before anything changes, naming the device.
-    let before = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]));
-    let with_attrs = mdevctl(
-        &bus,
-        &[
-            "define",
-            "--parent",
-            &parent,
-            "--jsonfile",
-            "/dev/stdin",
-            "-u",
-            missing_uuid(),
-        ],
-        &format!(r#"{{"mdev_type":"{mdev_type}","start":"auto","attrs":[{{"a":"1"}}]}}"#),
-    );
-    assert_eq!(with_attrs.status.code(), Some(1));
-    let why = String::from_utf8_lossy(&with_attrs.stderr);
-    assert!(
-        why.contains("attr") && why.contains(missing_uuid()),
-        "{why}"
-    );
-    assert_eq!(
-        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"])),
-        before
-    );
-
     // An unknown type: the service's refusal, exit 1, nothing printed.
     let bad = mdevctl(&bus, &["start", "-p", &parent, "-t", "no-such-type"], "");
     assert_eq!(bad.status.code(), Some(1));
@@ -346,4 +320,184 @@ fn start_parent_mdevs_starts_the_parents_stopped_autostart_definitions() {
     );
     stdout(&mdevctl(&bus, &["start-parent-mdevs", &parent], ""));
     assert_eq!(record(&bus, &defined).unwrap()["active"], true);
+}
+
+/// `list --defined --dumpjson -u U`: the definition as mdevctl prints it.
+fn definition_json(bus: &TestBus, uuid: &str) -> serde_json::Value {
+    let text = stdout(&mdevctl(
+        bus,
+        &["list", "--defined", "--dumpjson", "-u", uuid],
+        "",
+    ));
+    serde_json::from_str(&text).expect("a definition object")
+}
+
+#[test]
+fn define_records_a_stopped_definition_without_taking_room_on_the_parent() {
+    let (bus, _service) = bus_with_service();
+    let first =
+        created_uuids(&vgpuctl(&bus, None, &["--json", "create", "nvidia-t4-2q"])).remove(0);
+    let parent = field(&record(&bus, &first).unwrap(), "parent");
+    let mdev_type = field(&record(&bus, &first).unwrap(), "type");
+    // Fill the type on that parent.
+    let available = |bus: &TestBus| -> u64 {
+        let text = stdout(&mdevctl(
+            bus,
+            &["types", "--parent", &parent, "--dumpjson"],
+            "",
+        ));
+        let types: serde_json::Value = serde_json::from_str(&text).expect("types JSON");
+        types[0][&parent]
+            .as_array()
+            .expect("the parent's types")
+            .iter()
+            .find_map(|t| t.get(&mdev_type))
+            .and_then(|t| t["available_instances"].as_u64())
+            .expect("the type is listed")
+    };
+    let left = available(&bus);
+    if left > 0 {
+        let count = left.to_string();
+        let fill = vgpuctl(
+            &bus,
+            None,
+            &[
+                "create",
+                "nvidia-t4-2q",
+                "--parent",
+                &parent,
+                "--count",
+                &count,
+            ],
+        );
+        assert!(fill.status.success(), "{fill:?}");
+    }
+    assert_eq!(available(&bus), 0);
+    let before = vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]))
+        .as_array()
+        .unwrap()
+        .len();
+
+    let chosen = "5a1c0de0-0000-4000-8000-00000000def1";
+    let define = mdevctl(
+        &bus,
+        &[
+            "define",
+            "--parent",
+            &parent,
+            "--jsonfile",
+            "/dev/stdin",
+            "-u",
+            chosen,
+        ],
+        &format!(
+            r#"{{"mdev_type":"{mdev_type}","start":"auto","attrs":[{{"nvidia/vgpu_params":"frame_rate_limiter=0"}}]}}"#
+        ),
+    );
+    assert_eq!(stdout(&define), "");
+    let defined = record(&bus, chosen).expect("the definition is the service's instance");
+    assert_eq!(defined["active"], false);
+    assert_eq!(defined["persistent"], true);
+    assert_eq!(defined["autostart"], true);
+    assert_eq!(
+        vgpuctl_json(&vgpuctl(&bus, None, &["--json", "list"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        before + 1
+    );
+    assert_eq!(
+        definition_json(&bus, chosen),
+        serde_json::json!({"mdev_type": mdev_type, "start": "auto",
+            "attrs": [{"nvidia/vgpu_params": "frame_rate_limiter=0"}]})
+    );
+    // Starting it needs the room the define did not take: the service says why.
+    let start = mdevctl(&bus, &["start", "-u", chosen], "");
+    assert_eq!(start.status.code(), Some(1), "{start:?}");
+    assert_eq!(record(&bus, chosen).unwrap()["active"], false);
+}
+
+#[test]
+fn attributes_are_added_deleted_and_listed_as_mdevctl_does() {
+    let (bus, _service) = bus_with_service();
+    let uuid = created_uuids(&vgpuctl(
+        &bus,
+        None,
+        &["--json", "create", "--autostart", "nvidia-t4-2q"],
+    ))
+    .remove(0);
+    let parent = field(&record(&bus, &uuid).unwrap(), "parent");
+    let mdev_type = field(&record(&bus, &uuid).unwrap(), "type");
+    let modify = |extra: &[&str]| {
+        let mut args = vec!["modify", "-u", uuid.as_str()];
+        args.extend_from_slice(extra);
+        mdevctl(&bus, &args, "")
+    };
+    stdout(&modify(&[
+        "--addattr",
+        "nvidia/vgpu_params",
+        "--value",
+        "a=1",
+    ]));
+    stdout(&modify(&[
+        "--addattr=vendor/mode",
+        "--value=fast",
+        "--index=0",
+    ]));
+    assert_eq!(
+        definition_json(&bus, &uuid)["attrs"],
+        serde_json::json!([{"vendor/mode": "fast"}, {"nvidia/vgpu_params": "a=1"}])
+    );
+    // The definition's listing shows them; the running device's does not (mdevctl shows
+    // those only from a callout script).
+    let running = stdout(&mdevctl(&bus, &["list", "--verbose", "-u", &uuid], ""));
+    assert_eq!(
+        running,
+        format!("{uuid} {parent} {mdev_type} auto (defined)\n")
+    );
+    let verbose = stdout(&mdevctl(
+        &bus,
+        &["list", "--defined", "--verbose", "-u", &uuid],
+        "",
+    ));
+    assert_eq!(
+        verbose,
+        format!(
+            "{uuid} {parent} {mdev_type} auto (active)\n  Attrs:\n    @{{0}}: {{\"vendor/mode\":\"fast\"}}\n    @{{1}}: {{\"nvidia/vgpu_params\":\"a=1\"}}\n"
+        )
+    );
+    // A bad index: exit 1, the list in the message, nothing changed.
+    let bad = modify(&["--delattr", "--index", "2"]);
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("Attribute index 2 is invalid"),
+        "{bad:?}"
+    );
+    // A name the service refuses (a path out of the device): its message names it.
+    let escape = modify(&["--addattr", "../remove", "--value", "1"]);
+    assert_eq!(escape.status.code(), Some(1), "{escape:?}");
+    assert!(
+        String::from_utf8_lossy(&escape.stderr).contains("../remove"),
+        "{escape:?}"
+    );
+    assert_eq!(
+        definition_json(&bus, &uuid)["attrs"],
+        serde_json::json!([{"vendor/mode": "fast"}, {"nvidia/vgpu_params": "a=1"}])
+    );
+    stdout(&modify(&["--delattr", "--index", "0"]));
+    stdout(&modify(&["--delattr"]));
+    assert_eq!(definition_json(&bus, &uuid)["attrs"], serde_json::json!([]));
+    // Attributes belong to definitions: a transient device has none to change.
+    let transient =
+        created_uuids(&vgpuctl(&bus, None, &["--json", "create", "nvidia-t4-2q"])).remove(0);
+    let refused = mdevctl(
+        &bus,
+        &["modify", "-u", &transient, "--addattr", "a", "--value", "1"],
+        "",
+    );
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains(&transient),
+        "{refused:?}"
+    );
 }

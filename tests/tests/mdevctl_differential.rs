@@ -7,7 +7,8 @@
 //! with 384 persistent autostart instances over 8 parents of 4..32 types, written out as real
 //! files and links, with the same instances as `/etc/mdevctl.d` definitions and the engine's
 //! state under the root). Then changes that touch only definitions (`modify --auto/--manual`,
-//! `undefine` and `define` of a running device) go through both, each followed by the
+//! `modify --addattr/--delattr [--index]`, `undefine` and `define` of a running device) go
+//! through both, each followed by the
 //! listings again. Start and stop are not compared: on a plain directory tree a write to
 //! `create` or `remove` makes no device (docs/libvirt.md).
 //!
@@ -148,13 +149,33 @@ fn listings_and_definition_changes_match_the_real_mdevctl_byte_for_byte() {
     let mut compare = |args: &[String], theirs: Outcome, mine: Outcome| {
         compared += 1;
         if theirs != mine {
+            // The first line that differs, with the line before it for context.
+            let first = theirs
+                .stdout
+                .lines()
+                .zip(mine.stdout.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or(
+                    theirs
+                        .stdout
+                        .lines()
+                        .count()
+                        .min(mine.stdout.lines().count()),
+                );
+            let around = |text: &str| -> String {
+                text.lines()
+                    .skip(first.saturating_sub(1))
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            };
             differences.push(format!(
-                "mdevctl {}:\n  real ({:?}): {:.400}\n  ours ({:?}): {:.400}",
+                "mdevctl {}:\n  real ({:?}), line {first}: {:.400}\n  ours ({:?}), line {first}: {:.400}",
                 args.join(" "),
                 theirs.code,
-                theirs.stdout,
+                around(&theirs.stdout),
                 mine.code,
-                mine.stdout
+                around(&mine.stdout)
             ));
         }
     };
@@ -207,12 +228,60 @@ fn listings_and_definition_changes_match_the_real_mdevctl_byte_for_byte() {
             format!("--uuid={unknown}"),
             "--auto".into(),
         ],
+        // Attributes of a definition: added at the end and at an index, a bad index, deleted
+        // at an index and from the end.
+        vec![
+            "modify".into(),
+            "-u".into(),
+            first.clone(),
+            "--addattr=nvidia/vgpu_params".into(),
+            "--value=frame_rate_limiter=0".into(),
+        ],
+        vec![
+            "modify".into(),
+            "-u".into(),
+            first.clone(),
+            "--addattr".into(),
+            "vendor/mode".into(),
+            "--value".into(),
+            "fast".into(),
+            "--index".into(),
+            "0".into(),
+        ],
+        vec![
+            "modify".into(),
+            "-u".into(),
+            first.clone(),
+            "--delattr".into(),
+            "--index=5".into(),
+        ],
+        vec![
+            "modify".into(),
+            "-u".into(),
+            second.clone(),
+            "--addattr=vendor/mode".into(),
+            "--value=slow".into(),
+        ],
+        vec![
+            "modify".into(),
+            "-u".into(),
+            first.clone(),
+            "--delattr".into(),
+            "--index=0".into(),
+        ],
+        vec![
+            "modify".into(),
+            "-u".into(),
+            second.clone(),
+            "--delattr".into(),
+        ],
     ];
     let listings: Vec<Vec<String>> = [
         &["list"][..],
         &["list", "--defined"][..],
         &["list", "--dumpjson"][..],
         &["list", "--dumpjson", "--defined"][..],
+        &["list", "--defined", "--verbose"][..],
     ]
     .iter()
     .map(|args| args.iter().map(|a| a.to_string()).collect())

@@ -470,38 +470,23 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             no_wait,
         } => {
             let manager = manager(&connection).await?;
-            let mut opts = options(&cli);
-            if let Some(placement) = placement {
-                opts.insert(option::PLACEMENT, Variant::from(placement.as_str()));
-            }
-            if let Some(node) = numa_node {
-                opts.insert(option::NUMA_NODE, Variant::from(*node));
-            }
-            if *numa_strict {
-                opts.insert(option::NUMA_STRICT, Variant::from(true));
-            }
-            if *force {
-                opts.insert(option::FORCE, Variant::from(true));
-            }
-            if let Some(parent) = parent {
-                opts.insert(option::PARENT, Variant::from(parent.clone()));
-            }
-            if let Some(uuid) = uuid {
-                opts.insert(option::UUID, Variant::from(uuid.clone()));
-            }
-            if let Some(count) = count {
-                opts.insert(option::COUNT, Variant::from(*count));
-            }
-            if *autostart {
-                opts.insert(option::AUTOSTART, Variant::from(true));
-            }
-            if let Some(weight) = weight {
-                opts.insert(option::WEIGHT, Variant::from(*weight));
-            }
+            // The service's own option set: a key it does not know cannot be sent.
+            let sent = dbus_api::options::to_dict(&dbus_api::options::CreateOptions {
+                parent: parent.clone(),
+                uuid: uuid.clone(),
+                count: *count,
+                autostart: autostart.then_some(true),
+                weight: *weight,
+                placement: placement.as_ref().map(|p| p.as_str().to_owned()),
+                numa_node: *numa_node,
+                numa_strict: numa_strict.then_some(true),
+                force: force.then_some(true),
+                wait_for_parent: *wait_for_parent,
+                no_user_interaction: cli.no_ask.then_some(true),
+                ..Default::default()
+            });
+            let opts = dbus_api::options::as_proxy_options(&sent);
             let created = if wait_for_parent.is_some() || *no_wait {
-                if let Some(seconds) = wait_for_parent {
-                    opts.insert(option::WAIT_FOR_PARENT, Variant::from(*seconds));
-                }
                 // Subscribed before the call: the job may end before its path comes back.
                 let watch = jobs::JobWatch::subscribe(&connection).await?;
                 // Caught before the call too: from here on Ctrl-C cancels the job we wait

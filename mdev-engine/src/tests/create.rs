@@ -171,3 +171,96 @@ fn the_engine_can_be_shared_across_threads() {
     assert_send_sync::<Engine>();
     assert_send_sync::<EngineError>();
 }
+
+#[test]
+fn a_defined_mdev_exists_only_as_a_record_until_started_with_its_attributes() {
+    let s = setup("default");
+    let attrs = vec![(
+        "nvidia/vgpu_params".to_string(),
+        "frame_rate_limiter=0".to_string(),
+    )];
+    let defined = s
+        .engine
+        .define_mdev(crate::MdevDefinition {
+            parent: T4.into(),
+            type_id: "nvidia-231".into(),
+            uuid: Some(UUID_A.to_uppercase()),
+            autostart: true,
+            attributes: attrs.clone(),
+        })
+        .unwrap();
+    assert_eq!(defined.uuid, UUID_A);
+    assert!(!defined.active && defined.persistent && defined.autostart);
+    assert!(
+        s.sim.mdev_uuids().is_empty(),
+        "define wrote nothing in sysfs"
+    );
+    assert_eq!(
+        s.engine.instance_attributes(),
+        vec![(UUID_A.to_string(), attrs)]
+    );
+    // A second definition with the same UUID, an unknown type: refused, nothing changes.
+    let again = s.engine.define_mdev(crate::MdevDefinition {
+        parent: T4.into(),
+        type_id: "nvidia-231".into(),
+        uuid: Some(UUID_A.into()),
+        ..Default::default()
+    });
+    assert_eq!(again.unwrap_err().kind(), ErrorKind::AlreadyExists);
+    let unknown = s.engine.define_mdev(crate::MdevDefinition {
+        parent: T4.into(),
+        type_id: "no-such-type".into(),
+        uuid: Some(UUID_B.into()),
+        ..Default::default()
+    });
+    let error = unknown.unwrap_err();
+    assert!(error.to_string().contains("no-such-type"), "{error}");
+    assert!(s.engine.instance(UUID_B).is_err());
+
+    // New attributes replace the list; the next creation writes them, in order.
+    s.engine
+        .set_attributes(
+            UUID_A,
+            vec![
+                ("nvidia/vgpu_params".into(), "disable_vnc=1".into()),
+                ("nvidia/vgpu_params".into(), "frame_rate_limiter=1".into()),
+            ],
+        )
+        .unwrap();
+    assert!(
+        s.sim.mdev_uuids().is_empty(),
+        "set_attributes touched no device"
+    );
+    s.engine.start(UUID_A).unwrap();
+    let params = s
+        .sim
+        .read(Path::new(&format!(
+            "/sys/bus/mdev/devices/{UUID_A}/nvidia/vgpu_params"
+        )))
+        .unwrap();
+    assert_eq!(params, "frame_rate_limiter=1", "the last write wins");
+    let escape = s
+        .engine
+        .set_attributes(UUID_A, vec![("../remove".into(), "1".into())])
+        .unwrap_err();
+    assert!(escape.to_string().contains("../remove"), "{escape}");
+    assert_eq!(
+        s.engine.instance_attributes()[0].1[1].1,
+        "frame_rate_limiter=1"
+    );
+}
+
+#[test]
+fn attributes_of_a_transient_instance_are_refused_naming_it() {
+    let s = setup("default");
+    s.engine
+        .create(mdev(T4, "nvidia-231", Some(UUID_A)))
+        .unwrap();
+    let error = s
+        .engine
+        .set_attributes(UUID_A, vec![("nvidia/vgpu_params".into(), "x=1".into())])
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::NotSupported, "{error}");
+    assert!(error.to_string().contains(UUID_A), "{error}");
+    assert!(s.engine.instance_attributes().is_empty());
+}

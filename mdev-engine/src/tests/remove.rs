@@ -80,3 +80,20 @@ fn held_devices_are_refused_with_pid_and_command_and_left_alone() {
     holder.release();
     s.engine.destroy(UUID_A, DestroyOptions::default()).unwrap();
 }
+
+#[test]
+fn a_process_with_only_the_group_node_open_does_not_block_destroy() {
+    // libvirt's nodedev-destroy: it opens the group node to see that no VM uses the mdev and
+    // keeps it open while `mdevctl stop` runs; the kernel removes the device all the same.
+    let s = setup("samples");
+    let info = s
+        .engine
+        .create(mdev("mtty", "mtty-2", Some(UUID_A)))
+        .unwrap();
+    let group = info.iommu_group.expect("an mdev has its own group");
+    let opener = s.sim.open_vfio_group_node(group, "libvirtd").unwrap();
+    s.engine.destroy(UUID_A, DestroyOptions::default()).unwrap();
+    assert!(s.sim.mdev_uuids().is_empty());
+    assert!(s.sim.blocked_writes().is_empty());
+    opener.release();
+}

@@ -4,15 +4,16 @@
 
 use std::collections::HashMap;
 
-use dbus_api::names::{action, option};
+use dbus_api::names::action;
+use dbus_api::options::{from_dict, ApplyOptions};
 use dbus_api::BusError;
 use vgpu_profiles::desired::{self, DesiredState};
 use zbus::message::Header;
 use zbus::OwnedVariant;
 
+use super::action::Action;
 use super::auth::AuthRequest;
-use super::options::CallOptions;
-use super::{JobOutcome, Service};
+use super::JobOutcome;
 use mdev_engine::apply::ApplyError;
 use mdev_engine::{Engine, EngineError, OperationContext};
 
@@ -38,19 +39,8 @@ impl ApplyCall {
         config_name: &str,
         options: HashMap<String, OwnedVariant>,
     ) -> Result<Self, BusError> {
-        let options = CallOptions::parse(
-            METHOD,
-            options,
-            &[
-                option::DRY_RUN,
-                option::ASSERT,
-                option::FORCE,
-                option::FILE_NAME,
-            ],
-        )?;
-        let file_name = options
-            .string(option::FILE_NAME)?
-            .unwrap_or_else(|| "<document>".to_owned());
+        let options: ApplyOptions = from_dict(METHOD, options)?;
+        let file_name = options.file_name.unwrap_or_else(|| "<document>".to_owned());
         let desired = match format {
             "toml" => desired::parse_toml(&file_name, document, config_name)
                 .map_err(|error| BusError::InvalidArgs(error.to_string()))?,
@@ -63,41 +53,34 @@ impl ApplyCall {
         Ok(Self {
             file_name,
             desired,
-            dry_run: options.boolean(option::DRY_RUN)?.unwrap_or(false),
-            assert: options.boolean(option::ASSERT)?.unwrap_or(false),
-            force: options.boolean(option::FORCE)?.unwrap_or(false),
-            no_user_interaction: options.no_user_interaction()?,
+            dry_run: options.dry_run.unwrap_or(false),
+            assert: options.assert.unwrap_or(false),
+            force: options.force.unwrap_or(false),
+            no_user_interaction: options.no_user_interaction.unwrap_or(false),
         })
     }
 
-    /// Asks polkit: manage-instances always, manage-persistent when an entry is autostart,
-    /// force with `force` (a dry run or assert asks the same: the plan shows the host).
-    pub async fn authorize(&self, service: &Service, header: &Header<'_>) -> Result<(), BusError> {
-        let request = AuthRequest::new(action::MANAGE_INSTANCES, header, self.no_user_interaction)
-            .detail("verb", "apply")
-            .detail("file", self.file_name.clone());
-        service.authorizer.check(request).await?;
-        if self.desired.instances.iter().any(|entry| entry.autostart) {
-            let request =
-                AuthRequest::new(action::MANAGE_PERSISTENT, header, self.no_user_interaction)
-                    .detail("verb", "apply-autostart")
-                    .detail("file", self.file_name.clone());
-            service.authorizer.check(request).await?;
-        }
-        if !self.desired.sriov.is_empty() {
-            let request =
-                AuthRequest::new(action::CONFIGURE_SRIOV, header, self.no_user_interaction)
-                    .detail("verb", "apply-sriov")
-                    .detail("file", self.file_name.clone());
-            service.authorizer.check(request).await?;
-        }
-        if self.force {
-            let request = AuthRequest::new(action::FORCE, header, self.no_user_interaction)
-                .detail("verb", "apply-force")
-                .detail("file", self.file_name.clone());
-            service.authorizer.check(request).await?;
-        }
-        Ok(())
+    /// The call as an [`Action`]: polkit manage-instances always, manage-persistent when an
+    /// entry is autostart, configure-sriov for VF counts, force with `force` (a dry run or
+    /// assert asks the same: the plan shows the host); the work is [`ApplyCall::run`].
+    pub fn into_action(self, header: &Header<'_>) -> Action<JobOutcome> {
+        let ask = |action, verb: &str| {
+            AuthRequest::new(action, header, self.no_user_interaction)
+                .detail("verb", verb)
+                .detail("file", self.file_name.clone())
+        };
+        let manage = ask(action::MANAGE_INSTANCES, "apply");
+        let autostart = self.desired.instances.iter().any(|entry| entry.autostart);
+        let persistent = ask(action::MANAGE_PERSISTENT, "apply-autostart");
+        let sriov = !self.desired.sriov.is_empty();
+        let configure = ask(action::CONFIGURE_SRIOV, "apply-sriov");
+        let force = ask(action::FORCE, "apply-force");
+        let forced = self.force;
+        Action::new(move |engine, token| self.run(engine, token))
+            .authorized_by(manage)
+            .authorized_by_if(autostart, || persistent)
+            .authorized_by_if(sriov, || configure)
+            .authorized_by_if(forced, || force)
     }
 
     /// The Job: plans, then (unless a dry run or assert) applies; the message is the plan.

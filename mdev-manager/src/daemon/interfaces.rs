@@ -1,22 +1,29 @@
-//! The D-Bus interface objects. Each method is thin: authorize, parse options, one engine call
-//! (on the blocking pool), map the error, refresh the exported objects before replying (so a
-//! caller that sees the reply has already been sent the `InterfacesAdded`/`Removed` signals).
+//! The D-Bus interface objects. Each mutating method parses its typed options into an
+//! [`Action`] (polkit questions + engine work) and hands it to [`Service::perform`] or, for a
+//! `Start*` twin, [`Service::perform_as_job`] (see `action.rs`: authorize, run on the blocking
+//! pool, publish, reply). Every method is counted under its own name by `Service::metered`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use dbus_api::names::{action, device_key, option};
+use dbus_api::names::action;
 use dbus_api::BusError;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{interface, Connection, ObjectPath, OwnedObjectPath, OwnedVariant};
 
+use dbus_api::options::{
+    from_dict, AutostartOptions, CreateOptions, DeviceSpec, ForceOptions, ImportOptions,
+    ListTypesOptions, NoOptions, PrepareOptions,
+};
+
+use super::action::Action;
 use super::auth::AuthRequest;
 use super::model::{InstanceData, ParentData, ProfileData, Shared, SriovData, TypeData};
-use super::options::CallOptions;
 use super::{JobOutcome, JobSpec, Service};
 use mdev_engine::{
     CancelToken, CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef,
+    InstanceInfo,
 };
 
 /// Largest `count` accepted by `CreateInstances` (no GPU offers more instances).
@@ -78,12 +85,15 @@ impl ManagerIface {
     ) -> Result<(), BusError> {
         self.service
             .metered("Rescan", async {
-                let options = CallOptions::parse("Rescan", options, &[])?;
-                let request =
-                    AuthRequest::new(action::RELOAD, &header, options.no_user_interaction()?)
-                        .detail("verb", "rescan");
-                self.service.authorizer.check(request).await?;
-                self.service.reconcile(connection).await?;
+                let options: NoOptions = from_dict("Rescan", options)?;
+                let action = Action::new(|engine, _| engine.reconcile()).authorized_by(ask(
+                    action::RELOAD,
+                    &header,
+                    options.no_user_interaction,
+                    "rescan",
+                ));
+                let report = self.service.perform(connection, action).await?;
+                self.service.announce_reconcile(connection, &report).await;
                 Ok(())
             })
             .await
@@ -103,30 +113,18 @@ impl ManagerIface {
     ) -> Result<(Vec<String>, Vec<String>, Vec<String>), BusError> {
         self.service
             .metered("ImportMdevctl", async {
-                let options = CallOptions::parse("ImportMdevctl", options, &[option::DRY_RUN])?;
-                let dry_run = options.boolean(option::DRY_RUN)?.unwrap_or(false);
-                if !dry_run {
-                    let request = AuthRequest::new(
+                let options: ImportOptions = from_dict("ImportMdevctl", options)?;
+                let action = if options.dry_run.unwrap_or(false) {
+                    Action::new(|engine, _| engine.preview_mdevctl_import()).changing_nothing()
+                } else {
+                    Action::new(|engine, _| engine.import_mdevctl()).authorized_by(ask(
                         action::MANAGE_PERSISTENT,
                         &header,
-                        options.no_user_interaction()?,
-                    )
-                    .detail("verb", "import-mdevctl");
-                    self.service.authorizer.check(request).await?;
-                }
-                let report = self
-                    .service
-                    .call(move |engine| {
-                        if dry_run {
-                            engine.preview_mdevctl_import()
-                        } else {
-                            engine.import_mdevctl()
-                        }
-                    })
-                    .await?;
-                if !dry_run {
-                    self.service.refresh(connection).await;
-                }
+                        options.no_user_interaction,
+                        "import-mdevctl",
+                    ))
+                };
+                let report = self.service.perform(connection, action).await?;
                 Ok((report.imported, report.skipped, report.problems))
             })
             .await
@@ -141,14 +139,15 @@ impl ManagerIface {
     ) -> Result<(), BusError> {
         self.service
             .metered("ReloadProfiles", async {
-                let options = CallOptions::parse("ReloadProfiles", options, &[])?;
-                let request =
-                    AuthRequest::new(action::RELOAD, &header, options.no_user_interaction()?)
-                        .detail("verb", "reload-profiles");
-                self.service.authorizer.check(request).await?;
-                self.service.call(|engine| engine.reload_profiles()).await?;
-                self.service.refresh(connection).await;
-                Ok(())
+                let options: NoOptions = from_dict("ReloadProfiles", options)?;
+                let action = Action::new(|engine, _| engine.reload_profiles().map(drop))
+                    .authorized_by(ask(
+                        action::RELOAD,
+                        &header,
+                        options.no_user_interaction,
+                        "reload-profiles",
+                    ));
+                self.service.perform(connection, action).await
             })
             .await
     }
@@ -167,18 +166,10 @@ impl ManagerIface {
     ) -> Result<Vec<OwnedObjectPath>, BusError> {
         self.service
             .metered("CreateInstances", async {
-                let (requests, _) = self
-                    .create_requests("CreateInstances", &profile, options, &header, &[])
-                    .await?;
-                let created = self
-                    .service
-                    .call(move |engine| engine.create_batch(requests))
-                    .await?;
-                self.service.refresh(connection).await;
-                Ok(created
-                    .iter()
-                    .map(|info| dbus_api::path::mdev_instance_path(&info.uuid))
-                    .collect())
+                let (action, _) =
+                    create_action("CreateInstances", &profile, options, &header, false)?;
+                let created = self.service.perform(connection, action).await?;
+                Ok(instance_paths(&created))
             })
             .await
     }
@@ -195,29 +186,28 @@ impl ManagerIface {
     ) -> Result<(), BusError> {
         self.service
             .metered("DestroyInstances", async {
-                let options = CallOptions::parse("DestroyInstances", options, &[option::FORCE])?;
-                let force = options.boolean(option::FORCE)?.unwrap_or(false);
+                let options: ForceOptions = from_dict("DestroyInstances", options)?;
                 if uuids.is_empty() {
                     return Err(BusError::InvalidArgs(
                         "DestroyInstances: no UUIDs given".to_string(),
                     ));
                 }
-                let request = AuthRequest::new(
+                let request = ask(
                     action::MANAGE_INSTANCES,
                     &header,
-                    options.no_user_interaction()?,
+                    options.no_user_interaction,
+                    "destroy",
                 )
-                .detail("verb", "destroy")
                 .detail("uuid", uuids.join(","))
                 .detail("count", uuids.len().to_string());
-                self.service.authorizer.check(request).await?;
-                let destroyed = self
-                    .service
-                    .call(move |engine| engine.destroy_batch(&uuids, DestroyOptions { force }))
-                    .await;
-                // Refreshed also after a failure part-way: what was removed before it is gone.
-                self.service.refresh(connection).await;
-                destroyed
+                let force = options.force.unwrap_or(false);
+                let action = Action::new(move |engine, _| {
+                    engine.destroy_batch(&uuids, DestroyOptions { force })
+                })
+                .authorized_by(request)
+                // What was removed before a failure part-way is gone.
+                .published_even_on_failure();
+                self.service.perform(connection, action).await
             })
             .await
     }
@@ -235,29 +225,14 @@ impl ManagerIface {
     ) -> Result<Vec<OwnedObjectPath>, BusError> {
         self.service
             .metered("PrepareDomain", async {
-                let (devices, _) = self
-                    .prepare_requests(
-                        "PrepareDomain",
-                        &domain_name,
-                        devices,
-                        options,
-                        &header,
-                        &[],
-                    )
-                    .await?;
                 let domain = DomainRef {
                     name: domain_name,
                     uuid: domain_uuid,
                 };
-                let claimed = self
-                    .service
-                    .call(move |engine| engine.claim_domain(&domain, &devices))
-                    .await?;
-                self.service.refresh(connection).await;
-                Ok(claimed
-                    .iter()
-                    .map(|info| dbus_api::path::mdev_instance_path(&info.uuid))
-                    .collect())
+                let action =
+                    prepare_action("PrepareDomain", domain, devices, options, &header, false)?;
+                let claimed = self.service.perform(connection, action).await?;
+                Ok(instance_paths(&claimed))
             })
             .await
     }
@@ -274,24 +249,12 @@ impl ManagerIface {
     ) -> Result<(), BusError> {
         self.service
             .metered("ReleaseDomain", async {
-                let options = CallOptions::parse("ReleaseDomain", options, &[])?;
-                let request =
-                    AuthRequest::new(action::ASSIGN, &header, options.no_user_interaction()?)
-                        .detail("verb", "release")
-                        .detail("domain", domain_name.clone());
-                self.service.authorizer.check(request).await?;
                 let domain = DomainRef {
                     name: domain_name,
                     uuid: domain_uuid,
                 };
-                let report = self
-                    .service
-                    .call(move |engine| engine.release_domain(&domain))
-                    .await?;
-                for problem in &report.problems {
-                    tracing::warn!(%problem, "release left a problem");
-                }
-                self.service.refresh(connection).await;
+                let action = release_action("ReleaseDomain", domain, options, &header)?;
+                self.service.perform(connection, action).await?;
                 Ok(())
             })
             .await
@@ -307,45 +270,46 @@ impl ManagerIface {
         target: String,
         options: HashMap<String, OwnedVariant>,
         #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
     ) -> Result<String, BusError> {
         self.service
             .metered("Probe", async {
-                let options = CallOptions::parse("Probe", options, &[])?;
+                let options: NoOptions = from_dict("Probe", options)?;
                 let parsed: vfio_probe::Target =
                     target.parse().map_err(|e: vfio_probe::TargetError| {
                         BusError::InvalidArgs(format!("Probe: {e}"))
                     })?;
                 // Opening a VFIO group or device is privileged and can disturb a device in use.
-                let request = AuthRequest::new(
+                let request = ask(
                     action::MANAGE_INSTANCES,
                     &header,
-                    options.no_user_interaction()?,
+                    options.no_user_interaction,
+                    "probe",
                 )
-                .detail("verb", "probe")
                 .detail("target", target.clone());
-                self.service.authorizer.check(request).await?;
-                let Some(root) = self.service.probe_root() else {
-                    return Err(BusError::NotSupported(
-                        "probe needs a real host: the service runs on the simulated host"
-                            .to_string(),
-                    ));
-                };
-                let probe_options = vfio_probe::ProbeOptions {
-                    sysfs_root: root.to_path_buf(),
-                    ..vfio_probe::ProbeOptions::default()
-                };
-                // The probe does ioctls and maps memory: keep it off the async workers.
-                let report =
-                    tokio::task::spawn_blocking(move || vfio_probe::probe(&parsed, &probe_options))
-                        .await
-                        .map_err(|e| {
-                            BusError::Failed(format!(
-                                "Probe of {target}: the probe task ended: {e}"
-                            ))
-                        })?;
-                serde_json::to_string(&report).map_err(|e| {
-                    BusError::Failed(format!("Probe of {target}: cannot encode the report: {e}"))
+                let root = self.service.probe_root().map(std::path::Path::to_path_buf);
+                // The probe does ioctls and maps memory: on the blocking pool like engine work.
+                let action = Action::new(move |_, _| {
+                    let Some(sysfs_root) = root else {
+                        return Err(BusError::NotSupported(
+                            "probe needs a real host: the service runs on the simulated host"
+                                .to_string(),
+                        ));
+                    };
+                    let probe_options = vfio_probe::ProbeOptions {
+                        sysfs_root,
+                        ..vfio_probe::ProbeOptions::default()
+                    };
+                    let report = vfio_probe::probe(&parsed, &probe_options);
+                    serde_json::to_string(&report).map_err(|e| {
+                        BusError::Failed(format!(
+                            "Probe of {target}: cannot encode the report: {e}"
+                        ))
+                    })
                 })
+                .authorized_by(request)
+                .changing_nothing();
+                self.service.perform(connection, action).await
             })
             .await
     }
@@ -362,7 +326,7 @@ impl ManagerIface {
     ) -> Result<Vec<String>, BusError> {
         self.service
             .metered("VerifyDomain", async {
-                CallOptions::parse("VerifyDomain", options, &[])?;
+                from_dict::<NoOptions>("VerifyDomain", options)?;
                 let devices = parse_devices("VerifyDomain", devices)?;
                 let domain = DomainRef {
                     name: domain_name,
@@ -384,8 +348,25 @@ impl ManagerIface {
     ) -> Result<Vec<dbus_api::wire::InstanceEntry>, BusError> {
         self.service
             .metered("ListInstances", async {
-                CallOptions::parse("ListInstances", options, &[])?;
+                from_dict::<NoOptions>("ListInstances", options)?;
                 Ok(self.service.listing().await.instances.clone())
+            })
+            .await
+    }
+
+    /// The vendor attributes of every instance that has any: (UUID, ordered `(name, value)`),
+    /// sorted by UUID (what the mdevctl-compatible command lists as `attrs`). No options yet.
+    #[zbus(out_args("attributes"))]
+    async fn list_instance_attributes(
+        &self,
+        options: HashMap<String, OwnedVariant>,
+    ) -> Result<Vec<(String, Vec<(String, String)>)>, BusError> {
+        self.service
+            .metered("ListInstanceAttributes", async {
+                from_dict::<NoOptions>("ListInstanceAttributes", options)?;
+                self.service
+                    .call(|engine| Ok::<_, mdev_engine::EngineError>(engine.instance_attributes()))
+                    .await
             })
             .await
     }
@@ -400,7 +381,7 @@ impl ManagerIface {
     ) -> Result<Vec<dbus_api::wire::ProfileFitEntry>, BusError> {
         self.service
             .metered("FitProfiles", async {
-                CallOptions::parse("FitProfiles", options, &[])?;
+                from_dict::<NoOptions>("FitProfiles", options)?;
                 let fits = self.service.call(|engine| engine.profile_fit()).await?;
                 Ok(fits
                     .into_iter()
@@ -425,7 +406,7 @@ impl ManagerIface {
     ) -> Result<Vec<dbus_api::wire::VgpuTelemetryEntry>, BusError> {
         self.service
             .metered("GetVgpuTelemetry", async {
-                CallOptions::parse("GetVgpuTelemetry", options, &[])?;
+                from_dict::<NoOptions>("GetVgpuTelemetry", options)?;
                 let rows = self.service.call(|engine| engine.vgpu_telemetry()).await?;
                 Ok(rows.into_iter().map(telemetry_entry).collect())
             })
@@ -441,8 +422,8 @@ impl ManagerIface {
     ) -> Result<Vec<dbus_api::wire::TypeEntry>, BusError> {
         self.service
             .metered("ListTypes", async {
-                let options = CallOptions::parse("ListTypes", options, &[option::PARENT])?;
-                let parent = options.string(option::PARENT)?;
+                let options: ListTypesOptions = from_dict("ListTypes", options)?;
+                let parent = options.parent;
                 let listing = self.service.listing().await;
                 let Some(parent) = parent else {
                     return Ok(listing.types.clone());
@@ -478,40 +459,19 @@ impl ManagerIface {
     ) -> Result<OwnedObjectPath, BusError> {
         self.service
             .metered("StartCreateInstances", async {
-                const METHOD: &str = "StartCreateInstances";
-                let (requests, options) = self
-                    .create_requests(
-                        METHOD,
-                        &profile,
-                        options,
-                        &header,
-                        &[option::WAIT_FOR_PARENT],
-                    )
-                    .await?;
-                let wait = wait_for_parent(METHOD, &options)?;
-                let parent = options.string(option::PARENT)?;
+                let (action, parent) =
+                    create_action("StartCreateInstances", &profile, options, &header, true)?;
                 let mut objects = vec![dbus_api::path::profile_path(&profile)];
                 let mut details = vec![("profile", profile.clone())];
                 if let Some(parent) = parent {
                     objects.push(dbus_api::path::parent_path(&parent));
                     details.push(("parent", parent));
                 }
-                let spec = JobSpec {
-                    operation: "create-instances",
-                    objects,
-                    started_by_uid: self.service.caller_uid(connection, &header).await,
-                    cancel_action: Some(action::MANAGE_INSTANCES),
-                    details,
-                };
+                let job = job_spec("create-instances", objects, Some(action::MANAGE_INSTANCES))
+                    .with_details(details);
                 self.service
-                    .start_job(connection, spec, move |engine, ctx| {
-                        let created = match wait {
-                            Some(timeout) => engine.wait_for_parent_then(ctx, timeout, |ctx| {
-                                engine.create_batch_with(ctx, requests.clone())
-                            }),
-                            None => engine.create_batch_with(ctx, requests),
-                        }?;
-                        Ok(instances_outcome("created", &created))
+                    .perform_as_job(connection, &header, action, job, |created| {
+                        instances_outcome("created", &created)
                     })
                     .await
             })
@@ -534,41 +494,24 @@ impl ManagerIface {
     ) -> Result<OwnedObjectPath, BusError> {
         self.service
             .metered("StartPrepareDomain", async {
-                const METHOD: &str = "StartPrepareDomain";
-                let (devices, options) = self
-                    .prepare_requests(
-                        METHOD,
-                        &domain_name,
-                        devices,
-                        options,
-                        &header,
-                        &[option::WAIT_FOR_PARENT],
-                    )
-                    .await?;
-                let wait = wait_for_parent(METHOD, &options)?;
-                let spec = JobSpec {
-                    operation: "prepare-domain",
-                    objects: Vec::new(),
-                    started_by_uid: self.service.caller_uid(connection, &header).await,
-                    cancel_action: Some(action::ASSIGN),
-                    details: vec![("domain", domain_name.clone())],
-                };
+                let holds = format!("domain {domain_name} holds");
+                let job = job_spec("prepare-domain", Vec::new(), Some(action::ASSIGN))
+                    .with_details(vec![("domain", domain_name.clone())]);
                 let domain = DomainRef {
                     name: domain_name,
                     uuid: domain_uuid,
                 };
+                let action = prepare_action(
+                    "StartPrepareDomain",
+                    domain,
+                    devices,
+                    options,
+                    &header,
+                    true,
+                )?;
                 self.service
-                    .start_job(connection, spec, move |engine, ctx| {
-                        let claimed = match wait {
-                            Some(timeout) => engine.wait_for_parent_then(ctx, timeout, |ctx| {
-                                engine.claim_domain_with(ctx, &domain, &devices)
-                            }),
-                            None => engine.claim_domain_with(ctx, &domain, &devices),
-                        }?;
-                        Ok(instances_outcome(
-                            &format!("domain {} holds", domain.name),
-                            &claimed,
-                        ))
+                    .perform_as_job(connection, &header, action, job, move |claimed| {
+                        instances_outcome(&holds, &claimed)
                     })
                     .await
             })
@@ -588,38 +531,25 @@ impl ManagerIface {
     ) -> Result<OwnedObjectPath, BusError> {
         self.service
             .metered("StartReleaseDomain", async {
-                let options = CallOptions::parse("StartReleaseDomain", options, &[])?;
-                let request =
-                    AuthRequest::new(action::ASSIGN, &header, options.no_user_interaction()?)
-                        .detail("verb", "release")
-                        .detail("domain", domain_name.clone());
-                self.service.authorizer.check(request).await?;
-                let spec = JobSpec {
-                    operation: "release-domain",
-                    objects: Vec::new(),
-                    started_by_uid: self.service.caller_uid(connection, &header).await,
-                    cancel_action: None,
-                    details: Vec::new(),
-                };
+                let name = domain_name.clone();
                 let domain = DomainRef {
                     name: domain_name,
                     uuid: domain_uuid,
                 };
+                let action = release_action("StartReleaseDomain", domain, options, &header)?;
+                let job = job_spec("release-domain", Vec::new(), None);
                 self.service
-                    .start_job(connection, spec, move |engine, _ctx| {
-                        let report = engine.release_domain(&domain)?;
+                    .perform_as_job(connection, &header, action, job, move |report| {
                         let mut message = format!(
-                            "released domain {}: {} destroyed, {} unclaimed",
-                            domain.name,
+                            "released domain {name}: {} destroyed, {} unclaimed",
                             report.destroyed.len(),
                             report.unclaimed.len()
                         );
                         for problem in &report.problems {
-                            tracing::warn!(%problem, "release left a problem");
                             message.push_str("; ");
                             message.push_str(problem);
                         }
-                        Ok(JobOutcome::message(message))
+                        JobOutcome::message(message)
                     })
                     .await
             })
@@ -646,18 +576,11 @@ impl ManagerIface {
             .metered("StartApply", async {
                 let request =
                     super::apply::ApplyCall::parse(&document, &format, &config_name, options)?;
-                request.authorize(&self.service, &header).await?;
-                let spec = JobSpec {
-                    operation: "apply",
-                    objects: Vec::new(),
-                    started_by_uid: self.service.caller_uid(connection, &header).await,
-                    cancel_action: Some(action::MANAGE_INSTANCES),
-                    details: vec![("file", request.file_name.clone())],
-                };
+                let job = job_spec("apply", Vec::new(), Some(action::MANAGE_INSTANCES))
+                    .with_details(vec![("file", request.file_name.clone())]);
+                let action = request.into_action(&header);
                 self.service
-                    .start_job(connection, spec, move |engine, ctx| {
-                        request.run(engine, ctx)
-                    })
+                    .perform_as_job(connection, &header, action, job, |outcome| outcome)
                     .await
             })
             .await
@@ -681,217 +604,277 @@ impl ManagerIface {
     ) -> zbus::Result<()>;
 }
 
-impl ManagerIface {
-    /// What `CreateInstances` (and `StartCreateInstances`, which also accepts `extra` options)
-    /// would create, after checking the options and asking polkit. Returns the parsed options
-    /// too, for the `extra` keys.
-    async fn create_requests(
-        &self,
-        method: &'static str,
-        profile: &str,
-        options: HashMap<String, OwnedVariant>,
-        header: &Header<'_>,
-        extra: &[&'static str],
-    ) -> Result<(Vec<CreateRequest>, CallOptions), BusError> {
-        let mut allowed = vec![
-            option::PARENT,
-            option::UUID,
-            option::COUNT,
-            option::AUTOSTART,
-            option::WEIGHT,
-            option::PLACEMENT,
-            option::NUMA_NODE,
-            option::NUMA_STRICT,
-            option::FORCE,
-            option::TYPE,
-            option::PERSISTENT,
-        ];
-        allowed.extend_from_slice(extra);
-        let options = CallOptions::parse(method, options, &allowed)?;
-        let parent = options.string(option::PARENT)?;
-        let mdev_type = options.string(option::TYPE)?;
-        if mdev_type.is_some() && (!profile.is_empty() || parent.is_none()) {
-            return Err(BusError::InvalidArgs(format!(
-                "{method}: option type needs option parent and an empty profile (got profile {profile:?})"
-            )));
-        }
-        let placement = options.placement()?;
-        let force = options.boolean(option::FORCE)?.unwrap_or(false);
-        let uuid = options.string(option::UUID)?;
-        let count = options.unsigned(option::COUNT)?.unwrap_or(1);
-        let autostart = options.boolean(option::AUTOSTART)?.unwrap_or(false);
-        let weight = options.unsigned(option::WEIGHT)?;
-        let persistent = options.boolean(option::PERSISTENT)?.unwrap_or(autostart);
-        if autostart && !persistent {
-            return Err(BusError::InvalidArgs(format!(
-                "{method}: autostart needs a definition (option persistent false)"
-            )));
-        }
-        if count == 0 || count > MAX_COUNT {
-            return Err(BusError::InvalidArgs(format!(
-                "{method}: count {count} for profile {profile} is outside 1..={MAX_COUNT}"
-            )));
-        }
-        if count > 1 && uuid.is_some() {
-            return Err(BusError::InvalidArgs(format!(
-                "{method}: option uuid names one instance but count is {count}"
-            )));
-        }
-        let no_interaction = options.no_user_interaction()?;
-        let mut request = AuthRequest::new(action::MANAGE_INSTANCES, header, no_interaction)
-            .detail("verb", "create")
-            .detail("profile", profile.to_owned());
-        if let Some(parent) = &parent {
-            request = request.detail("parent", parent.clone());
-        }
-        self.service.authorizer.check(request).await?;
-        if persistent {
-            let request = AuthRequest::new(action::MANAGE_PERSISTENT, header, no_interaction)
-                .detail("verb", "create-autostart")
-                .detail("profile", profile.to_owned());
-            self.service.authorizer.check(request).await?;
-        }
-        if force {
-            let request = AuthRequest::new(action::FORCE, header, no_interaction)
-                .detail("verb", "create-force")
-                .detail("profile", profile.to_owned());
-            self.service.authorizer.check(request).await?;
-        }
+/// A polkit question for the sender of `header` with detail `verb`; `no_user_interaction` is
+/// the caller's `auth.no_user_interaction`.
+fn ask(
+    action: &'static str,
+    header: &Header<'_>,
+    no_user_interaction: Option<bool>,
+    verb: &str,
+) -> AuthRequest {
+    AuthRequest::new(action, header, no_user_interaction.unwrap_or(false)).detail("verb", verb)
+}
 
-        let requests: Vec<CreateRequest> = (0..count)
-            .map(|_| {
-                let target = match (&mdev_type, &parent) {
-                    (Some(type_id), Some(parent)) => CreateTarget::Mdev {
-                        parent: parent.clone(),
-                        type_id: type_id.clone(),
-                    },
-                    _ => CreateTarget::Profile {
-                        profile: profile.to_owned(),
-                        parent: parent.clone(),
-                    },
-                };
-                let mut request = CreateRequest::new(target);
-                request.uuid = uuid.clone();
-                request.autostart = autostart;
-                request.persistent = persistent;
-                request.scheduling.weight = weight;
-                request.placement = placement;
-                request.force = force;
-                request
-            })
-            .collect();
-        Ok((requests, options))
+/// A Job's description; `started_by_uid` is filled in by [`Service::perform_as_job`].
+fn job_spec(
+    operation: &'static str,
+    objects: Vec<OwnedObjectPath>,
+    cancel_action: Option<&'static str>,
+) -> JobSpec {
+    JobSpec {
+        operation,
+        objects,
+        started_by_uid: u32::MAX,
+        cancel_action,
+        details: Vec::new(),
     }
 }
 
-impl ManagerIface {
-    /// The devices of `PrepareDomain` (and `StartPrepareDomain`, which also accepts `extra`
-    /// options), after checking the options and asking polkit.
-    async fn prepare_requests(
-        &self,
-        method: &'static str,
-        domain_name: &str,
-        devices: Vec<HashMap<String, OwnedVariant>>,
-        options: HashMap<String, OwnedVariant>,
-        header: &Header<'_>,
-        extra: &[&'static str],
-    ) -> Result<(Vec<DeviceRequest>, CallOptions), BusError> {
-        let options = CallOptions::parse(method, options, extra)?;
-        let devices = parse_devices(method, devices)?;
-        let no_interaction = options.no_user_interaction()?;
-        let request = AuthRequest::new(action::ASSIGN, header, no_interaction)
-            .detail("verb", "prepare")
-            .detail("domain", domain_name.to_owned());
-        self.service.authorizer.check(request).await?;
-        if devices.iter().any(|device| device.force) {
-            let request = AuthRequest::new(action::FORCE, header, no_interaction)
-                .detail("verb", "prepare-force")
-                .detail("domain", domain_name.to_owned());
-            self.service.authorizer.check(request).await?;
-        }
-        Ok((devices, options))
+impl JobSpec {
+    /// Adds the polkit details of a `Cancel` by another caller.
+    fn with_details(mut self, details: Vec<(&'static str, String)>) -> Self {
+        self.details = details;
+        self
     }
 }
 
-/// Longest `wait-for-parent` accepted, in seconds.
-const MAX_WAIT_FOR_PARENT: u32 = 3600;
+/// `CreateInstances` and its Job twin (`job`: `wait-for-parent` accepted): the requests, the
+/// polkit questions (manage-instances; manage-persistent for a definition; force for
+/// `force`) and the work. Returns the `parent` option too (the Job names it).
+fn create_action(
+    method: &'static str,
+    profile: &str,
+    options: HashMap<String, OwnedVariant>,
+    header: &Header<'_>,
+    job: bool,
+) -> Result<(Action<Vec<InstanceInfo>>, Option<String>), BusError> {
+    let options: CreateOptions = from_dict(method, options)?;
+    let wait = super::options::wait_for_parent(method, options.wait_for_parent, job)?;
+    let parent = options.parent.clone();
+    let mdev_type = options.mdev_type.clone();
+    if mdev_type.is_some() && (!profile.is_empty() || parent.is_none()) {
+        return Err(BusError::InvalidArgs(format!(
+            "{method}: option type needs option parent and an empty profile (got profile {profile:?})"
+        )));
+    }
+    let placement = super::options::placement(
+        method,
+        options.placement.as_deref(),
+        options.numa_node,
+        options.numa_strict,
+    )?;
+    let force = options.force.unwrap_or(false);
+    let count = options.count.unwrap_or(1);
+    let autostart = options.autostart.unwrap_or(false);
+    let persistent = options.persistent.unwrap_or(autostart);
+    let attributes = options.attributes.clone().unwrap_or_default();
+    if !attributes.is_empty() && mdev_type.is_none() {
+        return Err(BusError::InvalidArgs(format!(
+            "{method}: option attributes needs option type (an mdev of that type; profile {profile:?})"
+        )));
+    }
+    if autostart && !persistent {
+        return Err(BusError::InvalidArgs(format!(
+            "{method}: autostart needs a definition (option persistent false)"
+        )));
+    }
+    if count == 0 || count > MAX_COUNT {
+        return Err(BusError::InvalidArgs(format!(
+            "{method}: count {count} for profile {profile} is outside 1..={MAX_COUNT}"
+        )));
+    }
+    if count > 1 && options.uuid.is_some() {
+        return Err(BusError::InvalidArgs(format!(
+            "{method}: option uuid names one instance but count is {count}"
+        )));
+    }
+    let no_ui = options.no_user_interaction;
+    let mut create = ask(action::MANAGE_INSTANCES, header, no_ui, "create")
+        .detail("profile", profile.to_owned());
+    if let Some(parent) = &parent {
+        create = create.detail("parent", parent.clone());
+    }
+    let requests: Vec<CreateRequest> = (0..count)
+        .map(|_| {
+            let target = match (&mdev_type, &parent) {
+                (Some(type_id), Some(parent)) => CreateTarget::Mdev {
+                    parent: parent.clone(),
+                    type_id: type_id.clone(),
+                },
+                _ => CreateTarget::Profile {
+                    profile: profile.to_owned(),
+                    parent: parent.clone(),
+                },
+            };
+            let mut request = CreateRequest::new(target);
+            request.uuid = options.uuid.clone();
+            request.autostart = autostart;
+            request.persistent = persistent;
+            request.attributes = attributes.clone();
+            request.scheduling.weight = options.weight;
+            request.placement = placement;
+            request.force = force;
+            request
+        })
+        .collect();
+    let definition = match options.start {
+        Some(false) => Some(definition_only(method, &requests)?),
+        _ => None,
+    };
+    let action = Action::new(move |engine, ctx| match (definition, wait) {
+        (Some(definition), _) => engine.define_mdev(definition).map(|info| vec![info]),
+        (None, Some(timeout)) => engine.wait_for_parent_then(ctx, timeout, |ctx| {
+            engine.create_batch_with(ctx, requests.clone())
+        }),
+        (None, None) => engine.create_batch_with(ctx, requests),
+    })
+    .authorized_by(create)
+    .authorized_by_if(persistent, || {
+        ask(action::MANAGE_PERSISTENT, header, no_ui, "create-autostart")
+            .detail("profile", profile.to_owned())
+    })
+    .authorized_by_if(force, || {
+        ask(action::FORCE, header, no_ui, "create-force").detail("profile", profile.to_owned())
+    });
+    Ok((action, parent))
+}
 
-/// The `wait-for-parent u` option (seconds, 1..=3600) as a duration.
-fn wait_for_parent(
+/// `PrepareDomain` and its Job twin (`job`: `wait-for-parent` accepted): the devices, the
+/// polkit questions (assign; force when a device asks for it) and the claim.
+fn prepare_action(
+    method: &'static str,
+    domain: DomainRef,
+    devices: Vec<HashMap<String, OwnedVariant>>,
+    options: HashMap<String, OwnedVariant>,
+    header: &Header<'_>,
+    job: bool,
+) -> Result<Action<Vec<InstanceInfo>>, BusError> {
+    let options: PrepareOptions = from_dict(method, options)?;
+    let wait = super::options::wait_for_parent(method, options.wait_for_parent, job)?;
+    let devices = parse_devices(method, devices)?;
+    let no_ui = options.no_user_interaction;
+    let assign =
+        ask(action::ASSIGN, header, no_ui, "prepare").detail("domain", domain.name.clone());
+    let force =
+        ask(action::FORCE, header, no_ui, "prepare-force").detail("domain", domain.name.clone());
+    let forced = devices.iter().any(|device| device.force);
+    Ok(Action::new(move |engine, ctx| match wait {
+        Some(timeout) => engine.wait_for_parent_then(ctx, timeout, |ctx| {
+            engine.claim_domain_with(ctx, &domain, &devices)
+        }),
+        None => engine.claim_domain_with(ctx, &domain, &devices),
+    })
+    .authorized_by(assign)
+    .authorized_by_if(forced, || force))
+}
+
+/// `ReleaseDomain` and its Job twin: action assign, then the release (its problems logged).
+fn release_action(
+    method: &'static str,
+    domain: DomainRef,
+    options: HashMap<String, OwnedVariant>,
+    header: &Header<'_>,
+) -> Result<Action<mdev_engine::ReleaseReport>, BusError> {
+    let options: NoOptions = from_dict(method, options)?;
+    let request = ask(
+        action::ASSIGN,
+        header,
+        options.no_user_interaction,
+        "release",
+    )
+    .detail("domain", domain.name.clone());
+    Ok(Action::new(move |engine, _| {
+        let report = engine.release_domain(&domain)?;
+        for problem in &report.problems {
+            tracing::warn!(%problem, "release left a problem");
+        }
+        Ok::<_, mdev_engine::EngineError>(report)
+    })
+    .authorized_by(request))
+}
+
+/// The one mdev definition a `CreateInstances` with `start false` records: option `type`
+/// (with `parent`), `persistent` or `autostart`, one instance.
+fn definition_only(
     method: &str,
-    options: &CallOptions,
-) -> Result<Option<std::time::Duration>, BusError> {
-    match options.unsigned(option::WAIT_FOR_PARENT)? {
-        None => Ok(None),
-        Some(seconds @ 1..=MAX_WAIT_FOR_PARENT) => {
-            Ok(Some(std::time::Duration::from_secs(seconds.into())))
-        }
-        Some(seconds) => Err(BusError::InvalidArgs(format!(
-            "{method}: option {} is {seconds} seconds; expected 1..={MAX_WAIT_FOR_PARENT}",
-            option::WAIT_FOR_PARENT
-        ))),
+    requests: &[CreateRequest],
+) -> Result<mdev_engine::MdevDefinition, BusError> {
+    let [request] = requests else {
+        return Err(BusError::InvalidArgs(format!(
+            "{method}: option start false defines one instance (count 1)"
+        )));
+    };
+    let CreateTarget::Mdev { parent, type_id } = &request.target else {
+        return Err(BusError::InvalidArgs(format!(
+            "{method}: option start false needs options type and parent (an mdev definition)"
+        )));
+    };
+    if !request.persistent {
+        return Err(BusError::InvalidArgs(format!(
+            "{method}: option start false needs persistent or autostart (a definition of type {type_id} on {parent})"
+        )));
     }
+    Ok(mdev_engine::MdevDefinition {
+        parent: parent.clone(),
+        type_id: type_id.clone(),
+        uuid: request.uuid.clone(),
+        autostart: request.autostart,
+        attributes: request.attributes.clone(),
+    })
+}
+
+/// The object paths of `instances`, for a reply.
+fn instance_paths(instances: &[InstanceInfo]) -> Vec<OwnedObjectPath> {
+    instances
+        .iter()
+        .map(|info| dbus_api::path::mdev_instance_path(&info.uuid))
+        .collect()
 }
 
 /// A job's outcome listing instances: `<verb> <uuid>, <uuid>` and their paths.
-fn instances_outcome(verb: &str, instances: &[mdev_engine::InstanceInfo]) -> JobOutcome {
+fn instances_outcome(verb: &str, instances: &[InstanceInfo]) -> JobOutcome {
     let uuids: Vec<&str> = instances.iter().map(|info| info.uuid.as_str()).collect();
     JobOutcome {
         message: format!("{verb} {}", uuids.join(", ")),
-        objects: uuids
-            .iter()
-            .map(|uuid| dbus_api::path::mdev_instance_path(uuid))
-            .collect(),
+        objects: instance_paths(instances),
     }
 }
 
+/// The device dicts of `PrepareDomain` / `VerifyDomain` as engine requests.
 fn parse_devices(
     method: &'static str,
     devices: Vec<HashMap<String, OwnedVariant>>,
 ) -> Result<Vec<DeviceRequest>, BusError> {
-    const KEYS: [&str; 10] = [
-        device_key::KIND,
-        device_key::UUID,
-        device_key::PROFILE,
-        device_key::PARENT,
-        device_key::WEIGHT,
-        device_key::PCI_ADDRESS,
-        device_key::FORCE,
-        device_key::PLACEMENT,
-        device_key::NUMA_NODE,
-        device_key::NUMA_STRICT,
-    ];
     devices
         .into_iter()
         .enumerate()
         .map(|(index, dict)| {
-            let context = if method == "PrepareDomain" {
-                "PrepareDomain device"
-            } else {
-                "VerifyDomain device"
-            };
-            let fields = CallOptions::parse(context, dict, &KEYS)
-                .map_err(|e| BusError::InvalidArgs(format!("device #{index}: {}", e.message())))?;
-            let kind = fields.string(device_key::KIND)?.ok_or_else(|| {
+            let context = format!("{method} device #{index}");
+            let device: DeviceSpec = from_dict(&context, dict)?;
+            let kind = device.kind.ok_or_else(|| {
                 BusError::InvalidArgs(format!("{method}: device #{index} has no kind"))
             })?;
-            let force = fields.boolean(device_key::FORCE)?.unwrap_or(false);
+            let force = device.force.unwrap_or(false);
             if force && kind != dbus_api::names::instance_kind::PASSTHROUGH {
                 return Err(BusError::InvalidArgs(format!(
                     "{method}: device #{index} (kind {kind}) has force, which only a passthrough device takes"
                 )));
             }
+            let placement = super::options::placement(
+                &context,
+                device.placement.as_deref(),
+                device.numa_node,
+                device.numa_strict,
+            )?;
             Ok(DeviceRequest {
                 kind,
-                uuid: fields.string(device_key::UUID)?,
-                profile: fields.string(device_key::PROFILE)?,
-                parent: fields.string(device_key::PARENT)?,
-                weight: fields.unsigned(device_key::WEIGHT)?,
-                pci_address: fields.string(device_key::PCI_ADDRESS)?,
+                uuid: device.uuid,
+                profile: device.profile,
+                parent: device.parent,
+                weight: device.weight,
+                pci_address: device.pci_address,
                 force,
-                placement: fields
-                    .placement()
-                    .map_err(|e| BusError::InvalidArgs(format!("device #{index}: {}", e.message())))?,
+                placement,
             })
         })
         .collect()
@@ -1073,42 +1056,33 @@ impl SriovIface {
     ) -> Result<OwnedObjectPath, BusError> {
         self.service
             .metered("SetNumVfs", async {
-                let options = CallOptions::parse("SetNumVfs", options, &[option::FORCE])?;
-                let force = options.boolean(option::FORCE)?.unwrap_or(false);
-                if count > self.data().total_vfs {
-                    return Err(BusError::InvalidArgs(format!(
-                        "SetNumVfs: {count} VFs requested but PF {} supports at most {}",
-                        self.data().pf,
-                        self.data().total_vfs
-                    )));
-                }
-                let request = AuthRequest::new(
+                let options: ForceOptions = from_dict("SetNumVfs", options)?;
+                let pf = self.data().pf.clone();
+                let request = ask(
                     action::CONFIGURE_SRIOV,
                     &header,
-                    options.no_user_interaction()?,
+                    options.no_user_interaction,
+                    "set-num-vfs",
                 )
-                .detail("verb", "set-num-vfs")
-                .detail("parent", self.data().pf.clone())
+                .detail("parent", pf.clone())
                 .detail("count", count.to_string());
-                self.service.authorizer.check(request).await?;
-                let uid = self.service.caller_uid(connection, &header).await;
-                let pf = self.data().pf.clone();
-                let objects = vec![dbus_api::path::parent_path(&pf)];
-                let spec = JobSpec {
-                    operation: "sriov-set-numvfs",
-                    objects,
-                    started_by_uid: uid,
-                    // One sysfs write: nothing to stop between steps.
-                    cancel_action: None,
-                    details: Vec::new(),
-                };
+                let force = options.force.unwrap_or(false);
+                // One sysfs write: nothing to stop between steps.
+                let job = job_spec(
+                    "sriov-set-numvfs",
+                    vec![dbus_api::path::parent_path(&pf)],
+                    None,
+                );
+                let checked = pf.clone();
+                let action = Action::new({
+                    let pf = pf.clone();
+                    move |engine, _| engine.set_num_vfs(&pf, count, DestroyOptions { force })
+                })
+                .authorized_by(request)
+                .checked_first(move |engine| engine.check_vf_count(&checked, count));
                 self.service
-                    .start_job(connection, spec, move |engine, _ctx| {
-                        let vfs = engine.set_num_vfs(&pf, count, DestroyOptions { force })?;
-                        Ok(JobOutcome::message(format!(
-                            "PF {pf} now has {} VFs",
-                            vfs.len()
-                        )))
+                    .perform_as_job(connection, &header, action, job, move |vfs| {
+                        JobOutcome::message(format!("PF {pf} now has {} VFs", vfs.len()))
                     })
                     .await
             })
@@ -1174,15 +1148,15 @@ pub struct InstanceIface {
 }
 
 impl InstanceIface {
+    /// A polkit question about this instance (its UUID, parent and profile as details).
     fn request(
         &self,
         action: &'static str,
         verb: &str,
         header: &Header<'_>,
-        no_ui: bool,
+        no_user_interaction: Option<bool>,
     ) -> AuthRequest {
-        AuthRequest::new(action, header, no_ui)
-            .detail("verb", verb)
+        ask(action, header, no_user_interaction, verb)
             .detail("uuid", self.data().uuid.clone())
             .detail("parent", self.data().parent_name.clone())
             .detail("profile", self.data().profile.clone())
@@ -1345,21 +1319,8 @@ impl InstanceIface {
     ) -> Result<(), BusError> {
         self.service
             .metered("Destroy", async {
-                let options = CallOptions::parse("Destroy", options, &[option::FORCE])?;
-                let force = options.boolean(option::FORCE)?.unwrap_or(false);
-                let request = self.request(
-                    action::MANAGE_INSTANCES,
-                    "destroy",
-                    &header,
-                    options.no_user_interaction()?,
-                );
-                self.service.authorizer.check(request).await?;
-                let uuid = self.data().uuid.clone();
-                self.service
-                    .call(move |engine| engine.destroy(&uuid, DestroyOptions { force }))
-                    .await?;
-                self.service.refresh(connection).await;
-                Ok(())
+                let action = self.destroy_action("Destroy", options, &header)?;
+                self.service.perform(connection, action).await
             })
             .await
     }
@@ -1376,27 +1337,16 @@ impl InstanceIface {
     ) -> Result<OwnedObjectPath, BusError> {
         self.service
             .metered("StartDestroy", async {
-                let options = CallOptions::parse("StartDestroy", options, &[option::FORCE])?;
-                let force = options.boolean(option::FORCE)?.unwrap_or(false);
-                let request = self.request(
-                    action::MANAGE_INSTANCES,
-                    "destroy",
-                    &header,
-                    options.no_user_interaction()?,
-                );
-                self.service.authorizer.check(request).await?;
+                let action = self.destroy_action("StartDestroy", options, &header)?;
                 let uuid = self.data().uuid.clone();
-                let spec = JobSpec {
-                    operation: "destroy-instance",
-                    objects: vec![dbus_api::path::mdev_instance_path(&uuid)],
-                    started_by_uid: self.service.caller_uid(connection, &header).await,
-                    cancel_action: None,
-                    details: Vec::new(),
-                };
+                let job = job_spec(
+                    "destroy-instance",
+                    vec![dbus_api::path::mdev_instance_path(&uuid)],
+                    None,
+                );
                 self.service
-                    .start_job(connection, spec, move |engine, _ctx| {
-                        engine.destroy(&uuid, DestroyOptions { force })?;
-                        Ok(JobOutcome::message(format!("destroyed {uuid}")))
+                    .perform_as_job(connection, &header, action, job, move |()| {
+                        JobOutcome::message(format!("destroyed {uuid}"))
                     })
                     .await
             })
@@ -1412,18 +1362,17 @@ impl InstanceIface {
     ) -> Result<(), BusError> {
         self.service
             .metered("Start", async {
-                let options = CallOptions::parse("Start", options, &[])?;
+                let options: NoOptions = from_dict("Start", options)?;
                 let request = self.request(
                     action::MANAGE_INSTANCES,
                     "start",
                     &header,
-                    options.no_user_interaction()?,
+                    options.no_user_interaction,
                 );
-                self.service.authorizer.check(request).await?;
                 let uuid = self.data().uuid.clone();
-                self.service.call(move |engine| engine.start(&uuid)).await?;
-                self.service.refresh(connection).await;
-                Ok(())
+                let action = Action::new(move |engine, _| engine.start(&uuid).map(drop))
+                    .authorized_by(request);
+                self.service.perform(connection, action).await
             })
             .await
     }
@@ -1437,36 +1386,23 @@ impl InstanceIface {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &Connection,
     ) -> Result<(), BusError> {
-        self.service.metered("Stop", async {
-            let options = CallOptions::parse("Stop", options, &[option::FORCE])?;
-            let force = options.boolean(option::FORCE)?.unwrap_or(false);
-            let request = self.request(
-                action::MANAGE_INSTANCES,
-                "stop",
-                &header,
-                options.no_user_interaction()?,
-            );
-            self.service.authorizer.check(request).await?;
-            let uuid = self.data().uuid.clone();
-            // Asked of the engine, not of this object's cached properties, which may lag a
-            // SetAutostart/SetPersistent that has just returned.
-            let lookup = uuid.clone();
-            let current = self
-                .service
-                .call(move |engine| engine.instance(&lookup))
-                .await?;
-            if !current.persistent {
-                return Err(BusError::NotSupported(format!(
-                    "instance {uuid} is transient: Stop keeps a definition it does not have; destroy it instead"
-                )));
-            }
-            self.service
-                .call(move |engine| engine.stop(&uuid, DestroyOptions { force }))
-                .await?;
-            self.service.refresh(connection).await;
-            Ok(())
-        })
-        .await
+        self.service
+            .metered("Stop", async {
+                let options: ForceOptions = from_dict("Stop", options)?;
+                let request = self.request(
+                    action::MANAGE_INSTANCES,
+                    "stop",
+                    &header,
+                    options.no_user_interaction,
+                );
+                let uuid = self.data().uuid.clone();
+                let force = options.force.unwrap_or(false);
+                let action =
+                    Action::new(move |engine, _| engine.stop(&uuid, DestroyOptions { force }))
+                        .authorized_by(request);
+                self.service.perform(connection, action).await
+            })
+            .await
     }
 
     /// Sets autostart; turning it on also makes the instance persistent. Option `persistent b`
@@ -1480,31 +1416,75 @@ impl InstanceIface {
     ) -> Result<(), BusError> {
         self.service
             .metered("SetAutostart", async {
-                let options =
-                    CallOptions::parse("SetAutostart", options, &[option::PERSISTENT])?;
-                let persistent_option = options.boolean(option::PERSISTENT)?;
-                if autostart && persistent_option == Some(false) {
-                    return Err(BusError::InvalidArgs(format!(
-                        "SetAutostart: instance {}: autostart needs a definition (option persistent false)",
-                        self.data().uuid
-                    )));
-                }
+                let options: AutostartOptions = from_dict("SetAutostart", options)?;
                 let request = self.request(
                     action::MANAGE_PERSISTENT,
                     "set-autostart",
                     &header,
-                    options.no_user_interaction()?,
+                    options.no_user_interaction,
                 );
-                self.service.authorizer.check(request).await?;
                 let uuid = self.data().uuid.clone();
-        let persistent = persistent_option.unwrap_or(autostart || self.data().persistent);
-                self.service
-                    .call(move |engine| engine.set_persistence(&uuid, persistent, autostart))
-                    .await?;
-                self.service.refresh(connection).await;
-                Ok(())
+                let persistent = options.persistent;
+                let action = Action::new(move |engine, _| {
+                    engine.set_autostart(&uuid, autostart, persistent).map(drop)
+                })
+                .authorized_by(request);
+                self.service.perform(connection, action).await
             })
             .await
+    }
+
+    /// Replaces the ordered vendor attributes of a persistent mdev instance (mdevctl's
+    /// `modify --addattr/--delattr`). They are written the next time the device is created;
+    /// a running device is not touched. Polkit action `manage-persistent`.
+    async fn set_attributes(
+        &self,
+        attributes: Vec<(String, String)>,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] connection: &Connection,
+    ) -> Result<(), BusError> {
+        self.service
+            .metered("SetAttributes", async {
+                let options: NoOptions = from_dict("SetAttributes", options)?;
+                let request = self.request(
+                    action::MANAGE_PERSISTENT,
+                    "set-attributes",
+                    &header,
+                    options.no_user_interaction,
+                );
+                let uuid = self.data().uuid.clone();
+                let action = Action::new(move |engine, _| {
+                    engine.set_attributes(&uuid, attributes).map(drop)
+                })
+                .authorized_by(request);
+                self.service.perform(connection, action).await
+            })
+            .await
+    }
+}
+
+impl InstanceIface {
+    /// `Destroy` and its Job twin: action manage-instances, then the removal.
+    fn destroy_action(
+        &self,
+        method: &'static str,
+        options: HashMap<String, OwnedVariant>,
+        header: &Header<'_>,
+    ) -> Result<Action<()>, BusError> {
+        let options: ForceOptions = from_dict(method, options)?;
+        let request = self.request(
+            action::MANAGE_INSTANCES,
+            "destroy",
+            header,
+            options.no_user_interaction,
+        );
+        let uuid = self.data().uuid.clone();
+        let force = options.force.unwrap_or(false);
+        Ok(
+            Action::new(move |engine, _| engine.destroy(&uuid, DestroyOptions { force }))
+                .authorized_by(request),
+        )
     }
 }
 
@@ -1634,8 +1614,8 @@ impl JobIface {
     ) -> Result<(), BusError> {
         self.service
             .metered("Cancel", async {
-                let options = CallOptions::parse("Cancel", options, &[])?;
-                let no_interaction = options.no_user_interaction()?;
+                let options: NoOptions = from_dict("Cancel", options)?;
+                let no_interaction = options.no_user_interaction.unwrap_or(false);
                 let what = format!(
                     "job {} ({})",
                     header.path().map(|p| p.as_str()).unwrap_or("?"),

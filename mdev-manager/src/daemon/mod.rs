@@ -6,6 +6,7 @@
 //! Entry points: [`Service::new`] + [`Service::serve`] on any connection builder (a bus or a
 //! peer-to-peer socket); `main.rs` wires the command line onto them.
 
+pub mod action;
 pub mod apply;
 pub mod auth;
 pub mod host_events;
@@ -13,12 +14,13 @@ pub mod interfaces;
 pub mod metrics;
 pub mod model;
 pub mod options;
+mod publish;
 pub mod schedule;
 pub mod single_instance;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -36,8 +38,8 @@ use interfaces::{
     TypeIface,
 };
 use mdev_engine::{
-    CancelToken, Engine, EngineError, EngineEvent, OperationContext, ReconcileAction,
-    ReconcileReport,
+    CancelToken, Engine, EngineError, EventSubscription, Inventory, OperationContext,
+    ReconcileAction, ReconcileReport,
 };
 use model::{changed_properties, Model, Properties, Shared};
 
@@ -144,9 +146,13 @@ pub struct Service {
     features: Vec<String>,
     reconcile_lines: Mutex<Vec<String>>,
     exported: tokio::sync::Mutex<ExportedObjects>,
-    /// The engine's event generation noted before the newest read the exported objects show:
-    /// events up to it need no refresh of their own.
-    published: AtomicU64,
+    /// The engine events not yet published ([`Service::refresh`] drains them under the
+    /// `exported` lock); set once the first read of the host is exported.
+    changes: Mutex<Option<EventSubscription>>,
+    /// Set when a publication failed after draining its events: the next one re-reads all.
+    rescan: std::sync::atomic::AtomicBool,
+    /// The discovery of each parent as last read (only touched under the `exported` lock).
+    hosts: Mutex<HashMap<String, Inventory>>,
     /// Engine calls running now ([`Service::call`]); the event follower waits for them to end
     /// (each is followed by its method's refresh) instead of reading the host half-way.
     in_flight: std::sync::atomic::AtomicUsize,
@@ -179,7 +185,9 @@ impl Service {
             features,
             reconcile_lines: Mutex::new(Vec::new()),
             exported: tokio::sync::Mutex::new(ExportedObjects::default()),
-            published: AtomicU64::new(0),
+            changes: Mutex::new(None),
+            rescan: std::sync::atomic::AtomicBool::new(false),
+            hosts: Mutex::new(HashMap::new()),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),
             next_job: AtomicU64::new(1),
@@ -227,19 +235,23 @@ impl Service {
         builder: zbus::connection::Builder<'_>,
         reconcile: bool,
     ) -> Result<Connection, DaemonError> {
-        // Subscribe before the first read so no change between the two is missed.
-        let events = self.engine.subscribe();
+        // Subscribe before the first read so no change between the two is missed: `changes`
+        // collects what to publish, `doorbell` wakes the follower.
+        let changes = self.engine.subscribe();
+        let doorbell = self.engine.subscribe();
         let engine = self.engine.clone();
         // The reconcile's own discovery (made after its last change) is what gets published:
-        // one read of the host at start, not two.
+        // one read of the host at start, not two. The events the read covers are dropped.
         let read = tokio::task::spawn_blocking(move || {
             if reconcile {
                 let done = engine.reconcile_and_discover()?;
+                while changes.try_recv().is_some() {}
                 let model = Model::read_in(&engine, &done.inventory);
-                Ok((Some(done.report), model, done.generation))
+                Ok((Some(done.report), model, done.inventory, changes))
             } else {
-                let generation = engine.event_generation();
-                Model::read(&engine).map(|model| (None, model, generation))
+                while changes.try_recv().is_some() {}
+                Model::read_with_inventory(&engine)
+                    .map(|(model, inventory)| (None, model, inventory, changes))
             }
         });
         // The bus connection is made while the host is read (on a blocking thread). It owns no
@@ -254,16 +266,17 @@ impl Service {
             )
             .build();
         let (read, connection) = tokio::join!(read, connect);
-        let (report, model, generation) = read
+        let (report, model, inventory, changes) = read
             .map_err(DaemonError::Join)?
             .map_err(DaemonError::Engine)?;
         let connection = connection.map_err(DaemonError::Bus)?;
         if let Some(report) = &report {
             self.publish_reconcile(report);
         }
-        self.published.fetch_max(generation, Ordering::SeqCst);
         {
             let mut exported = self.exported.lock().await;
+            *lock_std(&self.hosts) = model::split_by_parent(&inventory);
+            *lock_std(&self.changes) = Some(changes);
             self.apply(&connection, &mut exported, model).await;
         }
         // The ObjectManager goes on last: adding it announces every object already there.
@@ -272,7 +285,7 @@ impl Service {
             .at(ROOT_PATH, zbus::fdo::ObjectManager)
             .await
             .map_err(DaemonError::Bus)?;
-        self.follow_events(connection.clone(), events);
+        self.follow_events(connection.clone(), doorbell);
         Ok(connection)
     }
 
@@ -295,15 +308,17 @@ impl Service {
         }
     }
 
-    /// Runs the engine's reconcile, publishes the report and refreshes every object.
-    pub async fn reconcile(self: &Arc<Self>, connection: &Connection) -> Result<(), BusError> {
-        let report = self.call(|engine| engine.reconcile()).await?;
-        self.publish_reconcile(&report);
+    /// Publishes the report of a reconcile the caller ran (`Rescan`): `ReconcileReport` and
+    /// its `PropertiesChanged`.
+    pub async fn announce_reconcile(
+        self: &Arc<Self>,
+        connection: &Connection,
+        report: &ReconcileReport,
+    ) {
+        self.publish_reconcile(report);
         if let Ok(emitter) = SignalEmitter::new(connection, MANAGER_PATH) {
             let _ = ManagerIface::reconcile_report_changed_emit(self, &emitter).await;
         }
-        self.refresh(connection).await;
-        Ok(())
     }
 
     /// Runs `f` on the engine on the blocking pool and maps its error.
@@ -375,27 +390,24 @@ impl Service {
             .unwrap_or(u32::MAX)
     }
 
-    /// Re-reads the engine and brings the exported objects in line: new objects are added
+    /// Publishes every change the engine announced so far: re-reads only the objects its
+    /// events name and brings those exported objects in line: new objects are added
     /// (`InterfacesAdded`), gone ones removed (`InterfacesRemoved`), changed properties
-    /// announced (`PropertiesChanged`). Failures are logged: the objects stay as they were.
+    /// announced (`PropertiesChanged`) ([`publish`]). A method calls it after its engine call,
+    /// so its reply comes after its change is on the bus. Failures are logged and the next
+    /// refresh re-reads the whole host.
     pub async fn refresh(self: &Arc<Self>, connection: &Connection) {
-        self.refresh_if(connection, false).await;
-    }
-
-    /// [`Service::refresh`]; with `unless_published`, nothing is read when every event emitted
-    /// so far is already published (checked under the lock, after any refresh before it).
-    async fn refresh_if(self: &Arc<Self>, connection: &Connection, unless_published: bool) {
         // Held across the read so concurrent refreshes apply in order.
         let mut exported = self.exported.lock().await;
-        if unless_published
-            && self.engine.event_generation() <= self.published.load(Ordering::SeqCst)
-        {
+        let changes = self.take_changes();
+        if changes.is_empty() {
             return;
         }
-        let engine = self.engine.clone();
-        let generation = engine.event_generation();
+        let places = publish::places_of(&exported, &changes.instances);
+        let service = self.clone();
         let mirror = self.mirror_mdevctl.load(Ordering::SeqCst);
         let read = move || {
+            let engine = &service.engine;
             if mirror {
                 let report = engine.sync_mdevctl_mirror();
                 for problem in &report.problems {
@@ -405,16 +417,34 @@ impl Service {
                     tracing::debug!(path = %path, "mdevctl definition not ours: left alone");
                 }
             }
-            Model::read(&engine)
+            let mut hosts = lock_std(&service.hosts);
+            publish::read_patch(engine, changes, places, &mut hosts)
         };
         match tokio::task::spawn_blocking(read).await {
-            Ok(Ok(model)) => {
-                self.published.fetch_max(generation, Ordering::SeqCst);
-                self.apply(connection, &mut exported, model).await
+            Ok(Ok(patch)) => self.apply_patch(connection, &mut exported, patch).await,
+            Ok(Err(error)) => {
+                self.rescan.store(true, Ordering::SeqCst);
+                tracing::error!(error = %error_chain(&error), "cannot read the host")
             }
-            Ok(Err(error)) => tracing::error!(error = %error_chain(&error), "cannot read the host"),
-            Err(join) => tracing::error!(error = %join, "host read panicked"),
+            Err(join) => {
+                self.rescan.store(true, Ordering::SeqCst);
+                tracing::error!(error = %join, "host read panicked")
+            }
         }
+    }
+
+    /// The changes announced since the last call (caller holds the `exported` lock).
+    fn take_changes(&self) -> publish::Changes {
+        let mut changes = publish::Changes {
+            rescan: self.rescan.swap(false, Ordering::SeqCst),
+            ..publish::Changes::default()
+        };
+        if let Some(events) = lock_std(&self.changes).as_ref() {
+            while let Some(event) = events.try_recv() {
+                changes.note(event);
+            }
+        }
+        changes
     }
 
     /// The `ListInstances`/`ListTypes` answer for the objects exported now: the prepared one, or
@@ -458,6 +488,14 @@ impl Service {
     ) {
         let server = connection.object_server();
         exported.listing = None;
+        exported.instances_by_parent.clear();
+        for (path, data) in &new.instances {
+            exported
+                .instances_by_parent
+                .entry(data.parent_name.clone())
+                .or_default()
+                .insert(data.uuid.clone(), path.clone());
+        }
         // Objects that went away first, children before their parents; then new and changed
         // ones, parents before their children, so a client never sees a dangling path.
         remove_gone::<InstanceIface, _>(server, &mut exported.instances, &new.instances).await;
@@ -516,49 +554,37 @@ impl Service {
         .await;
     }
 
-    fn follow_events(
-        self: &Arc<Self>,
-        connection: Connection,
-        events: mdev_engine::EventSubscription,
-    ) {
-        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<EngineEvent>();
+    /// Publishes host changes no method call publishes (hotplug, foreign mdevs, jobs'
+    /// progress): a thread waits on `doorbell` and wakes a task that runs [`Service::refresh`]
+    /// (which drains the events themselves from its own subscription).
+    fn follow_events(self: &Arc<Self>, connection: Connection, doorbell: EventSubscription) {
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let ring = wake.clone();
         // The subscription blocks, so it gets a thread; it ends when the engine drops the
-        // channel or the service side goes away.
+        // channel.
         std::thread::Builder::new()
             .name("engine-events".into())
             .spawn(move || {
-                while let Some(event) = events.recv() {
-                    if sender.send(event).is_err() {
-                        return;
-                    }
-                    // A burst (a batch emits two events per instance) gathers for a moment and
-                    // is passed on at once: one wake-up of this thread per millisecond rather
-                    // than per event; the follower refreshes once for the burst anyway.
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                    while let Some(event) = events.try_recv() {
-                        if sender.send(event).is_err() {
-                            return;
-                        }
-                    }
+                while let Some(event) = doorbell.recv() {
+                    tracing::debug!(?event, "engine event");
+                    // A burst (a batch emits two events per instance) rings once.
+                    while doorbell.try_recv().is_some() {}
+                    ring.notify_one();
                 }
             })
             .map_err(|e| tracing::error!(error = %e, "cannot start the event thread"))
             .ok();
-        let service = self.clone();
+        let service = Arc::downgrade(self);
         tokio::spawn(async move {
-            while let Some(event) = receiver.recv().await {
-                tracing::debug!(?event, "engine event");
-                // A burst of events (a batch create, a udev storm) needs one refresh, and none
-                // when a refresh that read the engine after them (the one of the method that
-                // made the change) has already published them.
-                while receiver.try_recv().is_ok() {}
-                // A call still running (a batch emits an event per instance) is followed by its
-                // method's refresh: wait for it instead of reading the host half-way, and let
-                // that refresh go first.
+            loop {
+                wake.notified().await;
+                let Some(service) = service.upgrade() else {
+                    return;
+                };
+                // A call still running (a batch emits events per instance) publishes its own
+                // change when it ends: wait for it rather than publish half of it.
                 service.wait_idle(IDLE_WAIT).await;
-                tokio::task::yield_now().await;
-                while receiver.try_recv().is_ok() {}
-                service.refresh_if(&connection, true).await;
+                service.refresh(&connection).await;
             }
         });
     }
@@ -575,7 +601,7 @@ impl Service {
         work: F,
     ) -> Result<OwnedObjectPath, BusError>
     where
-        F: FnOnce(&Engine, &OperationContext) -> Result<JobOutcome, EngineError> + Send + 'static,
+        F: FnOnce(&Engine, &OperationContext) -> Result<JobOutcome, BusError> + Send + 'static,
     {
         let id = self.next_job.fetch_add(1, Ordering::Relaxed);
         let path = dbus_api::path::job_path(id);
@@ -617,7 +643,7 @@ impl Service {
             let engine = service.engine.clone();
             let started = std::time::Instant::now();
             let outcome = match tokio::task::spawn_blocking(move || work(&engine, &context)).await {
-                Ok(result) => result.map_err(|e| bus_error(&e)),
+                Ok(result) => result,
                 Err(join) => Err(BusError::Failed(format!("job {operation} ended: {join}"))),
             };
             service.metrics.record(
@@ -640,7 +666,7 @@ impl Service {
             let cancelled = error_kind == Some(ErrorKind::Cancelled);
             tracing::info!(job = %job_path, operation, success, %message, "job finished");
             // The objects the job made exist on the bus before anyone hears it finished.
-            service.refresh(&connection).await;
+            service.publish(&connection).await;
             let server = connection.object_server();
             if let Ok(job) = server.interface::<_, JobIface>(&job_path).await {
                 let old = job.get().await.data.clone();
@@ -825,6 +851,8 @@ struct ExportedObjects {
     types: HashMap<OwnedObjectPath, Shared<model::TypeData>>,
     instances: HashMap<OwnedObjectPath, Shared<model::InstanceData>>,
     profiles: HashMap<OwnedObjectPath, Shared<model::ProfileData>>,
+    /// Each parent's exported instances, by UUID (its `Instances` property, in order).
+    instances_by_parent: HashMap<String, BTreeMap<String, OwnedObjectPath>>,
     /// The prepared `ListInstances`/`ListTypes` answer; `apply` drops it on every change.
     listing: Option<Arc<model::Listing>>,
 }
@@ -877,9 +905,7 @@ async fn remove_gone<I, D>(
 }
 
 /// Exports new objects of one kind (`InterfacesAdded`) and replaces changed records
-/// (`PropertiesChanged`). Records are replaced in their shared cells rather than through the
-/// object server's interface lock: a method of the same object (a `Destroy` that refreshes
-/// before replying) holds that lock while this runs.
+/// (`PropertiesChanged`) ([`put`]).
 async fn add_or_update<I, D, F>(
     server: &ObjectServer,
     connection: &Connection,
@@ -892,27 +918,69 @@ async fn add_or_update<I, D, F>(
     F: Fn(Shared<D>) -> I,
 {
     for (path, data) in desired {
-        match current.get(path) {
-            None => {
-                let cell = Arc::new(std::sync::RwLock::new(data.clone()));
-                if let Err(error) = server.at(path, make(cell.clone())).await {
-                    tracing::warn!(%path, %error, "cannot export object");
-                    continue;
+        put(server, connection, current, path, data.clone(), &make).await;
+    }
+}
+
+/// Exports the object at `path` (`InterfacesAdded`) or replaces its record, announcing the
+/// properties that changed (`PropertiesChanged`). Records are replaced in their shared cells
+/// rather than through the object server's interface lock: a method of the same object (a
+/// `Destroy` that refreshes before replying) holds that lock while this runs.
+async fn put<I, D, F>(
+    server: &ObjectServer,
+    connection: &Connection,
+    current: &mut HashMap<OwnedObjectPath, Shared<D>>,
+    path: &OwnedObjectPath,
+    data: D,
+    make: F,
+) where
+    I: Interface,
+    D: Properties,
+    F: Fn(Shared<D>) -> I,
+{
+    match current.get(path) {
+        None => {
+            let cell = Arc::new(std::sync::RwLock::new(data));
+            if let Err(error) = server.at(path, make(cell.clone())).await {
+                tracing::warn!(%path, %error, "cannot export object");
+                return;
+            }
+            current.insert(path.clone(), cell);
+        }
+        Some(cell) => {
+            let old = {
+                let mut record = cell
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *record == data {
+                    return;
                 }
-                current.insert(path.clone(), cell);
-            }
-            Some(cell) => {
-                let old = {
-                    let mut record = cell
-                        .write()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    if &*record == data {
-                        continue;
-                    }
-                    std::mem::replace(&mut *record, data.clone())
-                };
-                emit_changed::<I, _>(connection, path, &old, data).await;
-            }
+                std::mem::replace(&mut *record, data.clone())
+            };
+            emit_changed::<I, _>(connection, path, &old, &data).await;
         }
     }
+}
+
+/// Removes the object at `path` if it is exported (`InterfacesRemoved`).
+async fn remove_one<I, D>(
+    server: &ObjectServer,
+    current: &mut HashMap<OwnedObjectPath, Shared<D>>,
+    path: &OwnedObjectPath,
+) where
+    I: Interface,
+{
+    if current.remove(path).is_some() {
+        if let Err(error) = server.remove::<I, _>(path).await {
+            tracing::warn!(%path, %error, "cannot remove object");
+        }
+    }
+}
+
+/// Locks a std mutex, taking over a poisoned one (its data is replaced whole, never left
+/// half-written).
+fn lock_std<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -252,6 +252,40 @@ impl Model {
         model
     }
 
+    /// [`Model::read_in`] that also returns the discovery it was built from (the daemon keeps
+    /// it per parent, [`split_by_parent`]).
+    pub fn read_with_inventory(engine: &Engine) -> Result<(Self, Inventory), EngineError> {
+        let inventory = engine.inventory()?;
+        Ok((Self::read_in(engine, &inventory), inventory))
+    }
+
+    /// One parent read from the host alone: a model holding only its records (the parent, its
+    /// SR-IOV interface, its types; the parent's `Instances` and scheduling left empty for
+    /// the caller) and the discovery of it; both empty when the parent is gone. No other
+    /// device is read.
+    pub fn read_parent(engine: &Engine, name: &str) -> Result<(Self, Inventory), EngineError> {
+        let host = engine.host().as_ref();
+        let mut inventory = Inventory::default();
+        if let Some(parent) =
+            mdev_host::discovery::read_mdev_parent(host, name).map_err(EngineError::Discovery)?
+        {
+            inventory.mdev_parents.push(parent);
+        }
+        if let Ok(address) = name.parse::<mdev_host::discovery::names::PciAddress>() {
+            if let Some(pf) = mdev_host::discovery::read_sriov_pf(host, address) {
+                inventory.sriov_pfs.push(pf);
+            }
+            if inventory.mdev_parents.is_empty() && inventory.sriov_pfs.is_empty() {
+                if let Some(gpu) = mdev_host::discovery::gpus::read_other_gpu(host, address) {
+                    inventory.other_gpus.push(gpu);
+                }
+            }
+        }
+        let mut model = Self::build(&inventory, &[], &[]);
+        fill_missing_sriov_manage(&mut model, engine, &inventory);
+        Ok((model, inventory))
+    }
+
     /// Builds the model from engine answers.
     pub fn build(
         inventory: &Inventory,
@@ -312,23 +346,7 @@ impl Model {
             for mdev_type in mdev.map(|m| m.types.as_slice()).unwrap_or_default() {
                 let type_path = path::mdev_type_path(name, &mdev_type.id);
                 type_paths.push(type_path.clone());
-                model.types.insert(
-                    type_path,
-                    TypeData {
-                        id: mdev_type.id.clone(),
-                        name: mdev_type.name.clone().unwrap_or_default(),
-                        description: mdev_type.description.clone().unwrap_or_default(),
-                        device_api: mdev_type.device_api.clone().unwrap_or_default(),
-                        parent: parent_path.clone(),
-                        parent_name: name.clone(),
-                        available_instances: mdev_type.available_instances,
-                        instances: mdev_type
-                            .devices
-                            .iter()
-                            .map(|uuid| path::mdev_instance_path(uuid))
-                            .collect(),
-                    },
-                );
+                model.types.insert(type_path, type_data(name, mdev_type));
             }
             let instance_paths = instances_of.remove(name.as_str()).unwrap_or_default();
             model.parents.insert(
@@ -401,6 +419,69 @@ fn fill_missing_sriov_manage(model: &mut Model, engine: &Engine, inventory: &Inv
                 );
             }
         }
+    }
+}
+
+/// A discovery cut into one inventory per parent (each with that parent's mdev parent, PF or
+/// other-GPU entry, and no mdevs): what the daemon keeps so one parent's change re-reads that
+/// parent alone.
+pub fn split_by_parent(inventory: &Inventory) -> HashMap<String, Inventory> {
+    let mut parts: HashMap<String, Inventory> = HashMap::new();
+    for parent in &inventory.mdev_parents {
+        parts
+            .entry(parent.name.clone())
+            .or_default()
+            .mdev_parents
+            .push(parent.clone());
+    }
+    for pf in &inventory.sriov_pfs {
+        parts
+            .entry(pf.function.address.to_string())
+            .or_default()
+            .sriov_pfs
+            .push(pf.clone());
+    }
+    for gpu in &inventory.other_gpus {
+        parts
+            .entry(gpu.function.address.to_string())
+            .or_default()
+            .other_gpus
+            .push(gpu.clone());
+    }
+    parts
+}
+
+/// The record of one instance read from the engine: `None` when it is gone. Its scheduling
+/// properties come from its parent's schedule ([`super::schedule::instance_schedule`]).
+pub fn read_instance(engine: &Engine, uuid: &str) -> Option<InstanceData> {
+    let info = engine.instance(uuid).ok()?;
+    let mut data = instance_data(&info);
+    if data.kind == dbus_api::names::instance_kind::PASSTHROUGH {
+        let mut members: Vec<_> = engine
+            .passthrough_binding(&data.uuid)
+            .map(|binding| binding.members.iter().map(|m| m.address).collect())
+            .unwrap_or_default();
+        members.sort();
+        data.group_members = members.iter().map(ToString::to_string).collect();
+    }
+    Some(data)
+}
+
+/// The `TypeData` of one mdev type as discovery read it (its `Instances` from its devices).
+pub fn type_data(parent: &str, mdev_type: &mdev_host::discovery::MdevType) -> TypeData {
+    TypeData {
+        id: mdev_type.id.clone(),
+        name: mdev_type.name.clone().unwrap_or_default(),
+        description: mdev_type.description.clone().unwrap_or_default(),
+        device_api: mdev_type.device_api.clone().unwrap_or_default(),
+        parent: path::parent_path(parent),
+        parent_name: parent.to_owned(),
+        available_instances: mdev_type.available_instances,
+        instances: mdev_type
+            .devices
+            .iter()
+            .map(|uuid| path::mdev_instance_path(uuid))
+            .collect(),
     }
 }
 

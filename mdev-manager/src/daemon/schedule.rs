@@ -6,16 +6,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use dbus_api::names::action;
-use dbus_api::schedule::{instance_property, option, parent_property};
+use dbus_api::options::{from_dict, NoOptions, SchedulerPolicyOptions};
+use dbus_api::schedule::{instance_property, parent_property};
 use dbus_api::{path, BusError};
 use zbus::message::Header;
 use zbus::{Connection, OwnedVariant, Variant};
 
+use super::action::Action;
 use super::auth::AuthRequest;
 use super::model::Model;
-use super::options::CallOptions;
-use super::{error_chain, Service};
-use mdev_engine::schedule::{ParentScheduleChange, ParentScheduleStatus, ScheduleError};
+use super::Service;
+use mdev_engine::schedule::{ParentScheduleChange, ParentScheduleStatus};
 use mdev_engine::Engine;
 
 /// The scheduling properties of an Instance object.
@@ -88,7 +89,8 @@ impl ParentScheduleData {
     }
 }
 
-fn parent_data(status: &ParentScheduleStatus) -> ParentScheduleData {
+/// A parent's scheduling properties from its schedule status.
+pub fn parent_data(status: &ParentScheduleStatus) -> ParentScheduleData {
     ParentScheduleData {
         policy: status.schedule.policy.to_string(),
         period_us: status.schedule.period_us,
@@ -119,34 +121,27 @@ pub fn fill(model: &mut Model, engine: &Engine, inventory: &mdev_engine::Invento
             };
             // From the same read of the state as the other scheduling properties, so one
             // change is announced in one PropertiesChanged.
-            data.weight = instance.stored.weight.unwrap_or(0);
-            data.schedule = InstanceScheduleData {
-                min_share: instance.settings.min_share.map_or(0, |s| s.ppm()),
-                max_share: instance.settings.max_share.map_or(0, |s| s.ppm()),
-                requested_share: instance.requested.ppm(),
-                effective_share: instance.effective.ppm(),
-                time_slice_us: instance.time_slice_us,
-                enforced: instance.enforced,
-                note: instance.note.clone(),
-            };
+            (data.weight, data.schedule) = instance_schedule(instance);
         }
     }
 }
 
-fn bus_error(error: &ScheduleError) -> BusError {
-    BusError::new(super::bus_kind(error.kind()), error_chain(error))
-}
-
-async fn call<T, F>(service: &Service, f: F) -> Result<T, BusError>
-where
-    F: FnOnce(&Engine) -> Result<T, ScheduleError> + Send + 'static,
-    T: Send + 'static,
-{
-    let engine = service.engine().clone();
-    match tokio::task::spawn_blocking(move || f(&engine)).await {
-        Ok(result) => result.map_err(|e| bus_error(&e)),
-        Err(join) => Err(BusError::Failed(format!("engine call failed: {join}"))),
-    }
+/// An instance's `Weight` and other scheduling properties from its parent's schedule status.
+pub fn instance_schedule(
+    instance: &mdev_engine::schedule::InstanceScheduleStatus,
+) -> (u32, InstanceScheduleData) {
+    (
+        instance.stored.weight.unwrap_or(0),
+        InstanceScheduleData {
+            min_share: instance.settings.min_share.map_or(0, |s| s.ppm()),
+            max_share: instance.settings.max_share.map_or(0, |s| s.ppm()),
+            requested_share: instance.requested.ppm(),
+            effective_share: instance.effective.ppm(),
+            time_slice_us: instance.time_slice_us,
+            enforced: instance.enforced,
+            note: instance.note.clone(),
+        },
+    )
 }
 
 /// What `Instance.SetSchedule` was asked.
@@ -172,16 +167,19 @@ pub async fn set_schedule(
     request: SetSchedule,
     options: HashMap<String, OwnedVariant>,
 ) -> Result<(), BusError> {
-    let options = CallOptions::parse("SetSchedule", options, &[])?;
-    let auth = AuthRequest::new(action::SET_WEIGHTS, header, options.no_user_interaction()?)
-        .detail("verb", "set-schedule")
-        .detail("uuid", request.uuid.clone())
-        .detail("parent", request.parent.clone())
-        .detail("weight", request.weight.to_string())
-        .detail("min_share_ppm", request.min_share.to_string())
-        .detail("max_share_ppm", request.max_share.to_string());
-    service.authorizer.check(auth).await?;
-    call(service, move |engine| {
+    let options: NoOptions = from_dict("SetSchedule", options)?;
+    let auth = AuthRequest::new(
+        action::SET_WEIGHTS,
+        header,
+        options.no_user_interaction.unwrap_or(false),
+    )
+    .detail("verb", "set-schedule")
+    .detail("uuid", request.uuid.clone())
+    .detail("parent", request.parent.clone())
+    .detail("weight", request.weight.to_string())
+    .detail("min_share_ppm", request.min_share.to_string())
+    .detail("max_share_ppm", request.max_share.to_string());
+    let action = Action::new(move |engine, _| {
         engine.set_instance_schedule(
             &request.uuid,
             request.weight,
@@ -189,8 +187,8 @@ pub async fn set_schedule(
             request.max_share,
         )
     })
-    .await?;
-    service.refresh(connection).await;
+    .authorized_by(auth);
+    service.perform(connection, action).await?;
     Ok(())
 }
 
@@ -204,11 +202,7 @@ pub async fn set_scheduler_policy(
     policy: String,
     options: HashMap<String, OwnedVariant>,
 ) -> Result<(), BusError> {
-    let options = CallOptions::parse(
-        "SetSchedulerPolicy",
-        options,
-        &[option::PERIOD, option::SLICE],
-    )?;
+    let options: SchedulerPolicyOptions = from_dict("SetSchedulerPolicy", options)?;
     let change = ParentScheduleChange {
         policy: if policy.is_empty() {
             None
@@ -217,18 +211,19 @@ pub async fn set_scheduler_policy(
                 BusError::InvalidArgs(format!("SetSchedulerPolicy on {parent}: {e}"))
             })?)
         },
-        period_us: options.unsigned(option::PERIOD)?,
-        time_slice_us: options.unsigned(option::SLICE)?,
+        period_us: options.period,
+        time_slice_us: options.slice,
     };
-    let auth = AuthRequest::new(action::SET_WEIGHTS, header, options.no_user_interaction()?)
-        .detail("verb", "set-scheduler-policy")
-        .detail("parent", parent.clone())
-        .detail("policy", policy);
-    service.authorizer.check(auth).await?;
-    call(service, move |engine| {
-        engine.set_parent_policy(&parent, change)
-    })
-    .await?;
-    service.refresh(connection).await;
+    let auth = AuthRequest::new(
+        action::SET_WEIGHTS,
+        header,
+        options.no_user_interaction.unwrap_or(false),
+    )
+    .detail("verb", "set-scheduler-policy")
+    .detail("parent", parent.clone())
+    .detail("policy", policy);
+    let action =
+        Action::new(move |engine, _| engine.set_parent_policy(&parent, change)).authorized_by(auth);
+    service.perform(connection, action).await?;
     Ok(())
 }

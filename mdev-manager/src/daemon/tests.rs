@@ -621,6 +621,237 @@ async fn an_nvidia_pf_without_sriov_manage_has_the_missing_tool_as_its_reason() 
     );
 }
 
+/// Asserts that every object a fresh whole-host read computes is exported with exactly its
+/// properties, and nothing else is: what incremental publication must converge on.
+async fn assert_published_matches_a_full_read(fixture: &Fixture, after: &str) {
+    use super::model::{Model, Properties};
+    let engine = fixture.engine.clone();
+    let model = tokio::task::spawn_blocking(move || Model::read(&engine))
+        .await
+        .expect("read task")
+        .expect("full read");
+    let objects = managed_objects(&fixture.client).await;
+    fn check<P: Properties>(
+        objects: &zbus::fdo::ManagedObjects,
+        records: &HashMap<zbus::OwnedObjectPath, P>,
+        iface: &str,
+        after: &str,
+    ) {
+        let exported: std::collections::BTreeSet<String> = objects
+            .iter()
+            .filter(|(_, ifaces)| ifaces.keys().any(|name| name.as_str() == iface))
+            .map(|(path, _)| path.to_string())
+            .collect();
+        let expected: std::collections::BTreeSet<String> =
+            records.keys().map(|path| path.to_string()).collect();
+        assert_eq!(exported, expected, "{iface} objects after {after}");
+        for (path, record) in records {
+            let (_, ifaces) = objects
+                .iter()
+                .find(|(exported, _)| exported.as_str() == path.as_str())
+                .expect("object exported");
+            let (_, properties) = ifaces
+                .iter()
+                .find(|(name, _)| name.as_str() == iface)
+                .expect("interface exported");
+            for (name, value) in record.properties() {
+                let got = properties
+                    .get(name)
+                    .unwrap_or_else(|| panic!("{path} has no {name} after {after}"));
+                let got: &Variant<'_> = got;
+                assert_eq!(got, &value, "{path} {iface}.{name} after {after}");
+            }
+        }
+    }
+    check(&objects, &model.parents, interface::PARENT, after);
+    check(&objects, &model.sriov, interface::SRIOV, after);
+    check(&objects, &model.types, interface::MDEV_TYPE, after);
+    check(&objects, &model.instances, interface::INSTANCE, after);
+    check(&objects, &model.profiles, interface::PROFILE, after);
+    // The listings too (prepared by the call before, so patched since).
+    let expected = super::model::Listing::new(
+        Default::default(),
+        model
+            .types
+            .iter()
+            .map(|(path, data)| super::model::type_entry(path, data))
+            .collect(),
+        model
+            .instances
+            .iter()
+            .map(|(path, data)| super::model::instance_entry(path, data))
+            .collect(),
+    );
+    let manager = ManagerProxy::new(&fixture.client).await.expect("manager");
+    let listed = manager.list_instances(HashMap::new()).await.expect("list");
+    assert_eq!(listed, expected.instances, "ListInstances after {after}");
+    let listed = manager.list_types(HashMap::new()).await.expect("types");
+    assert_eq!(listed, expected.types, "ListTypes after {after}");
+}
+
+#[tokio::test]
+async fn each_reply_comes_after_its_change_is_published_as_a_full_read_would_show_it() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let manager = ManagerProxy::new(&fixture.client).await.expect("manager");
+    assert_published_matches_a_full_read(&fixture, "start").await;
+    let mut options = HashMap::new();
+    options.insert(option::COUNT, Variant::from(3u32));
+    let created = manager
+        .create_instances("nvidia-t4-2q", options)
+        .await
+        .expect("CreateInstances");
+    assert_eq!(created.len(), 3);
+    assert_published_matches_a_full_read(&fixture, "CreateInstances of 3").await;
+    let listed = manager.list_instances(HashMap::new()).await.expect("list");
+    for path in &created {
+        assert!(
+            listed.iter().any(|entry| &entry.object == path),
+            "{path} is in the listing right after the reply"
+        );
+    }
+    let instance = InstanceProxy::builder(&fixture.client)
+        .path(created[0].clone())
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .expect("instance proxy");
+    fixture
+        .client
+        .call_method(
+            None::<&str>,
+            created[0].as_str(),
+            Some(interface::INSTANCE),
+            "SetSchedule",
+            &(300u32, 0u32, 0u32, HashMap::<&str, Variant<'_>>::new()),
+        )
+        .await
+        .expect("SetSchedule");
+    assert_published_matches_a_full_read(&fixture, "SetSchedule").await;
+    instance.destroy(HashMap::new()).await.expect("Destroy");
+    assert_published_matches_a_full_read(&fixture, "Destroy").await;
+    let listed = manager.list_instances(HashMap::new()).await.expect("list");
+    assert!(
+        !listed.iter().any(|entry| entry.object == created[0]),
+        "the destroyed instance left the listing before the reply"
+    );
+    // A change of the engine alone (no method call) reaches the bus by its events.
+    let uuid = create_mdev(&fixture.engine);
+    let wanted = path::mdev_instance_path(&uuid);
+    let mut published = false;
+    for _ in 0..200 {
+        if managed_objects(&fixture.client)
+            .await
+            .keys()
+            .any(|exported| exported.as_str() == wanted.as_str())
+        {
+            published = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(published, "{uuid} made by the engine alone was published");
+    assert_published_matches_a_full_read(&fixture, "a create outside the API").await;
+}
+
+/// The engine's VF-count rule answers `SetNumVfs` before a Job starts: too many VFs is
+/// InvalidArgs naming the PF and its limit, no Job, nothing enabled; the call is counted under
+/// its own name with that error.
+#[tokio::test]
+async fn set_num_vfs_over_the_total_is_refused_before_a_job_and_counted() {
+    let fixture = fixture(Arc::new(AllowAll)).await;
+    let pf = "0000:4b:00.0";
+    let sriov = SriovProxy::builder(&fixture.client)
+        .path(path::parent_path(pf))
+        .build()
+        .await
+        .unwrap();
+    let total = sriov.total_vfs().await.unwrap();
+    let error = ClientError::from(
+        sriov
+            .set_num_vfs(total + 1, HashMap::new())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
+    assert!(error.to_string().contains(pf), "{error}");
+    assert!(error.to_string().contains(&total.to_string()), "{error}");
+    assert_eq!(sriov.num_vfs().await.unwrap(), 0, "nothing enabled");
+
+    let manager = ManagerProxy::builder(&fixture.client)
+        .build()
+        .await
+        .unwrap();
+    let stats = manager.get_operation_stats().await.unwrap();
+    assert_eq!(stats.jobs_running, 0);
+    assert!(
+        stats
+            .errors
+            .iter()
+            .any(|e| e.operation == "SetNumVfs" && e.error.contains("InvalidArgs")),
+        "{:?}",
+        stats.errors
+    );
+}
+
+/// Every option set refuses a key it does not name, as InvalidArgs naming the key and the
+/// method, before polkit is asked (DenyAll would answer NotAuthorized) and with nothing done.
+#[tokio::test]
+async fn unknown_option_keys_are_invalid_args_naming_key_and_method() {
+    let fixture = fixture(Arc::new(DenyAll)).await;
+    let manager = ManagerProxy::builder(&fixture.client)
+        .build()
+        .await
+        .unwrap();
+    let typo = || HashMap::from([("forse", Variant::from(true))]);
+    let errors = [
+        (
+            "CreateInstances",
+            manager.create_instances("t4-2q", typo()).await.unwrap_err(),
+        ),
+        (
+            "DestroyInstances",
+            manager.destroy_instances(&["x"], typo()).await.unwrap_err(),
+        ),
+        ("Rescan", manager.rescan(typo()).await.unwrap_err()),
+        (
+            "ImportMdevctl",
+            manager.import_mdevctl(typo()).await.unwrap_err(),
+        ),
+    ];
+    for (method, error) in errors {
+        let error = ClientError::from(error);
+        assert_eq!(
+            error.kind(),
+            Some(ErrorKind::InvalidArgs),
+            "{method}: {error}"
+        );
+        assert!(error.to_string().contains("forse"), "{error}");
+        assert!(error.to_string().contains(method), "{error}");
+    }
+    // A wrong type names the key too.
+    let error = ClientError::from(
+        manager
+            .create_instances("t4-2q", HashMap::from([("count", Variant::from("2"))]))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
+    assert!(error.to_string().contains("count"), "{error}");
+    // `wait-for-parent` belongs to the Job twin only.
+    let error = ClientError::from(
+        manager
+            .create_instances(
+                "t4-2q",
+                HashMap::from([(option::WAIT_FOR_PARENT, Variant::from(5u32))]),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidArgs), "{error}");
+    assert!(error.to_string().contains("wait-for-parent"), "{error}");
+    assert!(fixture.engine.instances().unwrap().is_empty());
+}
+
 /// The daemon maps each class onto the D-Bus error of the same name (the one mapping is
 /// `daemon::bus_kind`); every class has a bus kind.
 #[test]

@@ -349,7 +349,7 @@ impl World {
         // second writer cannot even open it while the first one waits.
         self.tree.remove(&join(&mdev.dir, "remove"));
         let group = mdev.group;
-        if self.group_held(group) {
+        if self.device_held(group) {
             self.unlink_mdev_before_release(uuid);
             return Store::WaitThen {
                 groups: vec![group],

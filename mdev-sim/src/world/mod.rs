@@ -134,6 +134,9 @@ struct Group {
 #[derive(Debug)]
 struct Process {
     group: u32,
+    /// It took a device fd from the group (`VFIO_GROUP_GET_DEVICE_FD`), which the kernel's
+    /// device removal waits for; a process with just the group node open holds nothing.
+    device_fd: bool,
 }
 
 /// The whole simulated machine.
@@ -478,14 +481,32 @@ impl World {
         }
     }
 
+    /// Some process has `/dev/vfio/<group>` open (6.1 groups are single-open).
     pub(crate) fn group_held(&self, group: u32) -> bool {
         self.groups.get(&group).is_some_and(|g| g.holder.is_some())
     }
 
+    /// Some process has a device fd of the group open: what `vfio_unregister_group_dev()`
+    /// waits for (a removal blocks, a driver refuses to reconfigure).
+    pub(crate) fn device_held(&self, group: u32) -> bool {
+        self.groups
+            .get(&group)
+            .and_then(|g| g.holder)
+            .and_then(|pid| self.processes.get(&pid))
+            .is_some_and(|p| p.device_fd)
+    }
+
     // ----- holders -----
 
-    /// Opens `/dev/vfio/<group>` as a new process: ENOENT without the node, EBUSY if held.
-    pub(crate) fn open_group(&mut self, group: u32, comm: &str) -> Result<u32, i32> {
+    /// Opens `/dev/vfio/<group>` as a new process, and with `device_fd` a device fd from it
+    /// (what QEMU does; without, what libvirt's busy check does): ENOENT without the node,
+    /// EBUSY if held.
+    pub(crate) fn open_group(
+        &mut self,
+        group: u32,
+        comm: &str,
+        device_fd: bool,
+    ) -> Result<u32, i32> {
         if self.tree.get(&format!("/dev/vfio/{group}")).is_none() {
             return Err(libc::ENOENT);
         }
@@ -503,12 +524,16 @@ impl World {
         self.tree
             .add_file(&join(&dir, "cmdline"), Attr::Const(format!("{comm}\0")));
         self.tree.add_link(&join(&dir, "fd/0"), "/dev/null");
-        self.tree.add_link(&join(&dir, "fd/3"), "/dev/vfio/vfio");
+        if device_fd {
+            self.tree.add_link(&join(&dir, "fd/3"), "/dev/vfio/vfio");
+        }
         self.tree
             .add_link(&join(&dir, "fd/4"), format!("/dev/vfio/{group}"));
-        self.tree
-            .add_link(&join(&dir, "fd/5"), "anon_inode:[vfio-device]");
-        self.processes.insert(pid, Process { group });
+        if device_fd {
+            self.tree
+                .add_link(&join(&dir, "fd/5"), "anon_inode:[vfio-device]");
+        }
+        self.processes.insert(pid, Process { group, device_fd });
         Ok(pid)
     }
 

@@ -137,7 +137,7 @@ impl World {
         for bdf in bound {
             groups.extend(self.parent_mdev_groups(&bdf));
         }
-        if groups.iter().any(|g| self.group_held(*g)) {
+        if groups.iter().any(|g| self.device_held(*g)) {
             return Err(libc::EAGAIN);
         }
         for parent in parents {

@@ -57,7 +57,7 @@ impl World {
         let Some(state) = self.pci.get(vf) else {
             return Err(libc::ENODEV);
         };
-        if self.group_held(state.group) {
+        if self.device_held(state.group) {
             return Err(libc::EBUSY);
         }
         let current = state.nvidia_current;

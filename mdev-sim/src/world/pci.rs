@@ -208,7 +208,7 @@ impl World {
             }
         }
         groups.extend(self.parent_mdev_groups(bdf));
-        groups.retain(|g| self.group_held(*g));
+        groups.retain(|g| self.device_held(*g));
         groups
     }
 
@@ -413,7 +413,7 @@ impl World {
                 continue;
             };
             let (group, dir) = (state.group, state.dir.clone());
-            if self.group_held(group) {
+            if self.device_held(group) {
                 if let Some(index) = self.vf_index(pf, &vf) {
                     let pf_dir = self.pci.get(pf).map(|p| p.dir.clone()).unwrap_or_default();
                     self.tree.remove(&format!("{pf_dir}/virtfn{index}"));

@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 
+use dbus_api::options::{from_dict, CreateOptions, DeviceSpec, ForceOptions, NoOptions};
 use mdev_host::discovery::names;
-use mdev_manager::daemon::options::CallOptions;
 use vgpu_profiles::vendor::{
     self, CreatableVgpuType, GvtDescription, MbochsDescription, MdevTypeAttributes, MdevTypeInfo,
     MdpyDescription, MigGpuInstance, MigGpuInstanceProfile, MigPlacements, MigProfileName,
@@ -225,41 +225,56 @@ pub fn dbus_options(data: &[u8]) {
     let Ok((values, _)) = bytes.deserialize::<HashMap<String, OwnedVariant>>() else {
         return;
     };
-    // The accepted keys of the daemon's methods (see daemon/interfaces.rs).
-    const METHODS: [(&str, &[&str]); 5] = [
-        (
-            "CreateInstances",
-            &["parent", "uuid", "count", "autostart", "weight"],
-        ),
-        ("Destroy", &["force"]),
-        ("SetNumVfs", &["force"]),
-        (
-            "PrepareDomain device",
-            &["kind", "uuid", "profile", "parent", "weight", "pci_address"],
-        ),
-        ("Rescan", &[]),
-    ];
-    let (method, allowed) = METHODS[usize::from(selector) % METHODS.len()];
-    let Ok(options) = CallOptions::parse(method, values, allowed) else {
-        return;
+    // The option sets of the daemon's methods (dbus_api::options), read as the methods read
+    // them; every string a set accepts is then validated as the engine validates names.
+    let strings: Vec<(&str, String)> = match selector % 4 {
+        0 => match from_dict::<CreateOptions>("CreateInstances", values) {
+            Ok(options) => [
+                ("parent", options.parent),
+                ("uuid", options.uuid),
+                ("type", options.mdev_type),
+                ("placement", options.placement),
+            ]
+            .into_iter()
+            .filter_map(|(key, value)| Some((key, value?)))
+            .collect(),
+            Err(_) => return,
+        },
+        1 => match from_dict::<ForceOptions>("Destroy", values) {
+            Ok(_) => Vec::new(),
+            Err(_) => return,
+        },
+        2 => match from_dict::<DeviceSpec>("PrepareDomain device", values) {
+            Ok(device) => [
+                ("kind", device.kind),
+                ("uuid", device.uuid),
+                ("profile", device.profile),
+                ("parent", device.parent),
+                ("pci_address", device.pci_address),
+                ("placement", device.placement),
+            ]
+            .into_iter()
+            .filter_map(|(key, value)| Some((key, value?)))
+            .collect(),
+            Err(_) => return,
+        },
+        _ => match from_dict::<NoOptions>("Rescan", values) {
+            Ok(_) => Vec::new(),
+            Err(_) => return,
+        },
     };
-    let _ = options.no_user_interaction();
-    for key in allowed {
-        let _ = options.boolean(key);
-        let _ = options.unsigned(key);
-        if let Ok(Some(value)) = options.string(key) {
-            if let Ok(uuid) = names::parse_uuid(&value) {
-                assert_safe_name("uuid", &uuid.to_string());
-            }
-            if let Ok(address) = value.parse::<names::PciAddress>() {
-                assert_safe_name("pci address", &address.to_string());
-            }
-            if let Ok(name) = names::check_sysfs_name("parent", &value) {
-                assert_safe_name("parent", name);
-            }
-            if let Ok(value) = names::check_sysfs_value(key, &value) {
-                assert!(!value.contains('\n'), "{key} accepted with a newline");
-            }
+    for (key, value) in strings {
+        if let Ok(uuid) = names::parse_uuid(&value) {
+            assert_safe_name("uuid", &uuid.to_string());
+        }
+        if let Ok(address) = value.parse::<names::PciAddress>() {
+            assert_safe_name("pci address", &address.to_string());
+        }
+        if let Ok(name) = names::check_sysfs_name("parent", &value) {
+            assert_safe_name("parent", name);
+        }
+        if let Ok(value) = names::check_sysfs_value(key, &value) {
+            assert!(!value.contains('\n'), "{key} accepted with a newline");
         }
     }
 }

@@ -28,7 +28,7 @@ enum Expect {
 use Expect::{Allowed, Refused};
 
 /// method, polkit action, root, unprivileged user, member of the granted group
-const TABLE: [(&str, &str, Expect, Expect, Expect); 19] = [
+const TABLE: [(&str, &str, Expect, Expect, Expect); 20] = [
     ("Manager.Rescan", "reload", Allowed, Refused, Allowed),
     (
         "Manager.ReloadProfiles",
@@ -131,6 +131,13 @@ const TABLE: [(&str, &str, Expect, Expect, Expect); 19] = [
         Allowed,
     ),
     (
+        "Instance.SetAttributes",
+        "manage-persistent",
+        Allowed,
+        Refused,
+        Allowed,
+    ),
+    (
         "Instance.Destroy",
         "manage-instances",
         Allowed,
@@ -155,12 +162,13 @@ const ON_A_ROOT_JOB: [(&str, &str, Expect, Expect, Expect); 1] =
 
 /// Methods of the published interface that change nothing and so need no action: never in
 /// [`TABLE`].
-const NOT_IN_TABLE: [&str; 8] = [
+const NOT_IN_TABLE: [&str; 9] = [
     "Manager.GetPermissions",
     "Manager.GetOperationStats",
     "Manager.Probe",
     "Manager.VerifyDomain",
     "Manager.ListInstances",
+    "Manager.ListInstanceAttributes",
     "Manager.ListTypes",
     "Manager.FitProfiles",
     "Manager.GetVgpuTelemetry",

@@ -122,6 +122,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "Instance.SetAutostart",
         outcome(instance.set_autostart(true, none()).await),
     );
+    results.insert(
+        "Instance.SetAttributes",
+        outcome(
+            instance
+                .set_attributes(&[("vendor/x".to_owned(), "1".to_owned())], none())
+                .await,
+        ),
+    );
     results.insert("Instance.Destroy", outcome(instance.destroy(none()).await));
     // The Job twins check the same actions before any job starts.
     results.insert(

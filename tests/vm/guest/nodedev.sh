@@ -4,9 +4,11 @@
 # found on PATH: its nodedev driver carries no fixed path; the first check shows that), and the
 # service runs. An mtty instance made with `vgpuctl create --autostart` appears in
 # `virsh nodedev-list --cap mdev --all`; `nodedev-autostart [--disable]` goes through our
-# command and `vgpuctl list` agrees. `nodedev-destroy` is refused by the service while libvirtd
-# holds the group node (a known gap, docs/libvirt.md): the check pins that refusal and that
-# nothing changed, so closing the gap shows up here. `nodedev-define`/`nodedev-create` need a
+# command and `vgpuctl list` agrees. `nodedev-destroy` stops it although libvirtd keeps the
+# group node open meanwhile (only a device fd holds a device: mdev-manager/src/holders.rs),
+# `nodedev-start` brings it back, a domain started by libvirtd uses it, and while that domain
+# runs `nodedev-destroy` is refused and changes nothing; `nodedev-undefine` of the stopped
+# device forgets the instance. `nodedev-define`/`nodedev-create` need a
 # parent libvirt can give an address (a PCI, CCW or AP device): the kernel's sample parents
 # (mtty, mbochs, mdpy) are virtual devices, so libvirt refuses before it runs mdevctl; the last
 # check shows that refusal leaves nothing behind.
@@ -28,8 +30,13 @@ group_nodedev() {
   check nodedev.service nodedev_service || return
   check nodedev.libvirtd_start_with_our_mdevctl nodedev_libvirtd_start || return
   check nodedev.vgpuctl_autostart_instance_listed nodedev_reverse_listed || { nodedev_cleanup; return; }
-  check nodedev.destroy_refused_while_libvirtd_holds_the_group nodedev_destroy_refused
+  check nodedev.destroy_stops_it_while_libvirtd_checks_the_group nodedev_destroy_stops &&
+    check nodedev.start_brings_it_back nodedev_start &&
+    check nodedev.domain_uses_the_started_device nodedev_domain_start &&
+    check nodedev.destroy_refused_while_a_domain_uses_it nodedev_destroy_refused_while_used
+  nodedev_domain_stop
   check nodedev.autostart_disable_and_enable nodedev_autostart
+  check nodedev.undefine_forgets_the_stopped_instance nodedev_undefine
   check nodedev.define_on_virtual_parent_refused_by_libvirt nodedev_define_virtual_parent
   nodedev_cleanup
 }
@@ -117,20 +124,64 @@ nodedev_reverse_listed() {
   echo "vgpuctl create mtty --autostart made $uuid; virsh lists it as $name, active, autostart yes"
 }
 
-# Known gap (docs/libvirt.md): libvirt 9.0's nodedev-destroy opens /dev/vfio/<group> to check
-# that no VM uses the device and keeps it open while it runs `mdevctl stop`; the service counts
-# libvirtd as a holder and refuses, naming it. The real mdevctl only writes `remove`, which the
-# kernel completes while just the group node is open (no container, no device fd).
-nodedev_destroy_refused() {
+# libvirt 9.0's nodedev-destroy opens /dev/vfio/<group> to see that no VM uses the device and
+# keeps it open while it runs `mdevctl stop`; that open holds no device fd, so the kernel
+# removes the device and the service must not count libvirtd as a holder.
+nodedev_destroy_stops() {
+  local uuid name output
+  uuid="$(recall nodedev_uuid)" name="$(recall nodedev_name)"
+  output="$(virsh_sys nodedev-destroy "$name" 2>&1)" || { echo "nodedev-destroy $name: $output"; return 1; }
+  [ ! -e "/sys/bus/mdev/devices/$uuid" ] || { echo "mdev $uuid still exists after nodedev-destroy"; return 1; }
+  expect_equal "vgpuctl state of $uuid" "no yes yes" "$(nodedev_state "$uuid")" >/dev/null || return 1
+  wait_until 30 nodedev_listed "$uuid" --all || { echo "$name is no longer listed with --all"; return 1; }
+  echo "nodedev-destroy $name removed mdev $uuid; the instance stays defined (active no, autostart yes)"
+}
+
+nodedev_start() {
+  local uuid name output
+  uuid="$(recall nodedev_uuid)" name="$(recall nodedev_name)"
+  output="$(virsh_sys nodedev-start "$name" 2>&1)" || { echo "nodedev-start $name: $output"; return 1; }
+  [ -e "/sys/bus/mdev/devices/$uuid" ] || { echo "mdev $uuid does not exist after nodedev-start"; return 1; }
+  expect_equal "vgpuctl state of $uuid" "yes yes yes" "$(nodedev_state "$uuid")" >/dev/null || return 1
+  wait_until 30 nodedev_listed "$uuid" || { echo "$name is not listed as active after nodedev-start"; return 1; }
+  echo "nodedev-start $name created mdev $uuid again; vgpuctl and virsh show it active"
+}
+
+# A domain whose only device is a hostdev naming the node device's UUID (no vGPU metadata).
+nodedev_domain_start() {
+  local uuid output group got
+  uuid="$(recall nodedev_uuid)"
+  domain_xml vmtier-nodedev "$(new_uuid)" "" "$(mdev_hostdev "$uuid")" >/tmp/vmtier-nodedev-domain.xml
+  output="$(timeout 180 virsh -c qemu:///system create /tmp/vmtier-nodedev-domain.xml 2>&1)" ||
+    { echo "virsh create: $output"; return 1; }
+  group="$(mdev_group "$uuid")"
+  got="$(sysfs_open_errno "/dev/vfio/$group")"
+  [ "$got" = EBUSY ] || { echo "open of /dev/vfio/$group while the domain runs: $got, expected EBUSY"; return 1; }
+  echo "domain vmtier-nodedev runs with mdev $uuid; its QEMU holds /dev/vfio/$group"
+}
+
+nodedev_destroy_refused_while_used() {
   local uuid name output status=0
   uuid="$(recall nodedev_uuid)" name="$(recall nodedev_name)"
   output="$(virsh_sys nodedev-destroy "$name" 2>&1)" || status=$?
-  [ "$status" != 0 ] || { echo "nodedev-destroy $name succeeded: the known gap is closed, update this check"; return 1; }
-  grep -q "mdev $uuid is in use: pid [0-9]* (libvirtd) holds /dev/vfio/" <<<"$output" ||
-    { echo "nodedev-destroy $name failed without the service's message: $output"; return 1; }
-  [ -e "/sys/bus/mdev/devices/$uuid" ] || { echo "mdev $uuid is gone although the stop was refused"; return 1; }
+  [ "$status" != 0 ] || { echo "nodedev-destroy $name succeeded while a domain uses the device"; return 1; }
+  [ -e "/sys/bus/mdev/devices/$uuid" ] || { echo "mdev $uuid is gone although the destroy was refused"; return 1; }
   expect_equal "vgpuctl state of $uuid" "yes yes yes" "$(nodedev_state "$uuid")" >/dev/null || return 1
-  echo "refused with the service's message, nothing changed: $(grep -o 'mdev [^ ]* is in use: .*' <<<"$output" | head -n1)"
+  echo "refused while the domain runs, nothing changed: $(tr '\n' ' ' <<<"$output" | cut -c1-200)"
+}
+
+nodedev_domain_stop() {
+  timeout 120 virsh -c qemu:///system destroy vmtier-nodedev >/dev/null 2>&1 || true
+}
+
+nodedev_undefine() {
+  local uuid name output
+  uuid="$(recall nodedev_uuid)" name="$(recall nodedev_name)"
+  output="$(virsh_sys nodedev-destroy "$name" 2>&1)" || { echo "nodedev-destroy $name: $output"; return 1; }
+  output="$(virsh_sys nodedev-undefine "$name" 2>&1)" || { echo "nodedev-undefine $name: $output"; return 1; }
+  expect_equal "vgpuctl state of $uuid" "absent" "$(nodedev_state "$uuid")" >/dev/null || return 1
+  wait_until 30 eval '! nodedev_listed '"$uuid"' --all' || { echo "$name still listed with --all after nodedev-undefine"; return 1; }
+  echo "nodedev-destroy then nodedev-undefine $name: the instance is gone from vgpuctl and virsh"
 }
 
 nodedev_autostart() {
