@@ -7,9 +7,10 @@ use super::{
     ErrorKind, InstanceInfo, InstanceKind, Inventory, MdevDevice, OperationContext, Owner,
     PciAddress, PlacementRequest, Scheduling,
 };
+use crate::intents;
 use crate::lifecycle;
 use crate::state::InstanceRecord;
-use mdev_host::discovery::{layout, names};
+use mdev_host::discovery::{self, layout, names};
 
 /// How often a profile is placed again when its chosen parent filled up meanwhile.
 const PLACEMENT_ATTEMPTS: u32 = 3;
@@ -328,7 +329,9 @@ impl Engine {
                     return Err(EngineError::AlreadyExists { uuid: key });
                 }
                 self.check_capacity(parent, type_id)?;
-                self.host.create_mdev(parent, type_id, uuid, attributes)?;
+                self.write_ahead(&key, intents::Intent::mdev(parent, type_id))?;
+                let written = self.host.create_mdev(parent, type_id, uuid, attributes);
+                self.settle_intent(&key, written)?;
                 record.parent = parent.clone();
                 record.type_id = type_id.clone();
                 self.commit_new(ctx, &record)?;
@@ -353,7 +356,20 @@ impl Engine {
                 record.parent = pf.to_string();
                 record.type_id = lifecycle::VFIO_PCI.to_owned();
                 record.vf = Some(chosen);
-                record.previous_driver = self.host.bind_vfio(chosen)?;
+                let driver = discovery::link_target_name(
+                    self.fs(),
+                    &layout::pci_device(&chosen).join("driver"),
+                );
+                let intent = intents::Intent::vf(
+                    InstanceKind::Vf,
+                    &record.parent,
+                    lifecycle::VFIO_PCI,
+                    chosen,
+                    driver,
+                );
+                self.write_ahead(&key, intent)?;
+                let bound = self.host.bind_vfio(chosen);
+                record.previous_driver = self.settle_intent(&key, bound)?;
                 self.commit_new(ctx, &record)?;
             }
             CreateTarget::NvidiaVf { pf, type_id, vf } => {
@@ -372,7 +388,16 @@ impl Engine {
                         ),
                     });
                 }
-                self.host.set_nvidia_vgpu(vf, *type_id)?;
+                let intent = intents::Intent::vf(
+                    InstanceKind::NvidiaVf,
+                    &pf.to_string(),
+                    &type_id.to_string(),
+                    vf,
+                    None,
+                );
+                self.write_ahead(&key, intent)?;
+                let written = self.host.set_nvidia_vgpu(vf, *type_id);
+                self.settle_intent(&key, written)?;
                 record.kind = InstanceKind::NvidiaVf;
                 record.parent = pf.to_string();
                 record.type_id = type_id.to_string();
@@ -383,11 +408,14 @@ impl Engine {
                         .clear_nvidia_vgpu(vf)
                         .err()
                         .map(|e| format!("clearing vGPU on VF {vf}: {e}"));
-                    return Err(EngineError::Batch {
-                        step: format!("writing attributes of NVIDIA vGPU {key} on VF {vf}"),
-                        source: Box::new(error),
-                        rollback_failures: rollback.into_iter().collect(),
-                    });
+                    return self.settle_intent(
+                        &key,
+                        Err(EngineError::Batch {
+                            step: format!("writing attributes of NVIDIA vGPU {key} on VF {vf}"),
+                            source: Box::new(error),
+                            rollback_failures: rollback.into_iter().collect(),
+                        }),
+                    );
                 }
                 self.commit_new(ctx, &record)?;
             }
@@ -447,8 +475,10 @@ impl Engine {
                 .insert(record.uuid.clone(), record.clone());
             return Ok(());
         }
+        let intent = lock(&self.state).intents.get(&record.uuid).cloned();
         let saved = self.update_state(|state| {
             state.instances.insert(record.uuid.clone(), record.clone());
+            Self::intent_done(state, &record.uuid);
         });
         if let Err(error) = saved {
             lock(&self.state).instances.remove(&record.uuid);
@@ -456,6 +486,12 @@ impl Engine {
                 .remove_device(record)
                 .err()
                 .map(|e| format!("removing {} {}: {e}", record.kind, record.uuid));
+            if let (Some(intent), Some(_)) = (intent, &rollback) {
+                // The device stays: so does the intent that proves it is ours.
+                lock(&self.state)
+                    .intents
+                    .insert(record.uuid.clone(), intent);
+            }
             return Err(EngineError::Batch {
                 step: format!("recording {} {}", record.kind, record.uuid),
                 source: Box::new(error),

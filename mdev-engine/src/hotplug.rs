@@ -87,6 +87,8 @@ impl Engine {
     /// An mdev appeared that no call of ours made: announced with the capacity of its type
     /// (read from the device; a device already gone again is announced alone).
     fn foreign_mdev_added(&self, sysname: &str) {
+        // A create the engine gave up on (timed out) that the kernel finished now.
+        self.late_completion(sysname);
         self.emit(EngineEvent::InstanceAdded {
             uuid: sysname.to_owned(),
         });

@@ -24,7 +24,9 @@ mod context;
 mod create;
 mod error;
 mod events;
+mod group_commit;
 mod instance_locks;
+pub mod intents;
 mod mdev_attrs;
 pub mod nvidia_sriov;
 pub mod nvidia_telemetry;
@@ -56,6 +58,7 @@ pub use self::cancel::CancelToken;
 pub use self::context::OperationContext;
 pub use self::error::EngineError;
 pub use self::events::{EngineEvent, EventSubscription};
+pub use self::group_commit::CommitStats;
 pub use self::mdev_attrs::MdevDefinition;
 pub use self::types::{
     CreateRequest, CreateTarget, DestroyOptions, DeviceRequest, DomainRef, EngineConfig,
@@ -96,6 +99,8 @@ pub struct Engine {
     generation: std::sync::atomic::AtomicU64,
     /// The last `nvidia-smi vgpu -q` answer (see `nvidia_telemetry`).
     telemetry_cache: nvidia_telemetry::TelemetryCache,
+    /// Concurrent state changes share one durable write (see `group_commit`).
+    commits: group_commit::GroupCommit,
 }
 
 /// Locks a mutex, taking the data even if a panicking thread poisoned it: every critical
@@ -134,6 +139,7 @@ impl Engine {
             profiles: RwLock::new(profiles),
             generation: std::sync::atomic::AtomicU64::new(0),
             telemetry_cache: Default::default(),
+            commits: Default::default(),
         })
     }
 
@@ -151,6 +157,12 @@ impl Engine {
         self.host.fs.as_ref()
     }
 
+    /// State writes made so far and the changes they made durable (group commit: fewer
+    /// writes than changes when calls overlap).
+    pub fn state_commits(&self) -> CommitStats {
+        self.commits.stats()
+    }
+
     /// How many sysfs writes are still blocked in the kernel after timing out.
     pub fn stuck_writes(&self) -> usize {
         self.host.writer.stuck()
@@ -166,17 +178,31 @@ impl Engine {
         )
     }
 
-    /// Applies a change to the state and saves it atomically before returning.
+    /// Applies a change to the state and returns once it is saved atomically and durably.
     pub(crate) fn update_state<R>(
         &self,
         change: impl FnOnce(&mut StateFile) -> R,
     ) -> Result<R, EngineError> {
-        let mut state = lock(&self.state);
-        let result = change(&mut state);
+        // Changed in memory under the lock; written by one group commit with every change
+        // made meanwhile (`group_commit`), outside the lock.
+        let (result, ticket) = {
+            let mut state = lock(&self.state);
+            let result = change(&mut state);
+            (result, self.commits.changed())
+        };
         let (files, state_dir) = (self.files.as_ref(), &self.config.state_dir);
-        domain_index::commit(files, state_dir, &state, || {
-            state::save(files, state_dir, &state)
-        })?;
+        self.commits.wait_durable(
+            ticket,
+            || {
+                let state = lock(&self.state);
+                (state.clone(), self.commits.latest())
+            },
+            |snapshot| {
+                domain_index::commit(files, state_dir, snapshot, || {
+                    state::save(files, state_dir, snapshot)
+                })
+            },
+        )?;
         Ok(result)
     }
 
@@ -209,6 +235,10 @@ pub(crate) fn claimed(uuid: &str, claim: &Claim) -> EngineError {
     }
 }
 
+#[cfg(test)]
+mod group_commit_tests;
+#[cfg(test)]
+mod intents_tests;
 #[cfg(test)]
 mod nvidia_sriov_tests;
 #[cfg(test)]

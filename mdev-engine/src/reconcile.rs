@@ -40,6 +40,8 @@ impl Engine {
     /// last device change (the daemon publishes it instead of discovering again).
     pub fn reconcile_and_discover(&self) -> Result<Reconciled, EngineError> {
         let mut report = ReconcileReport::default();
+        // Unacknowledged writes first: what they made is not ours to keep (`intents`).
+        self.finish_intents(&mut report);
         self.finish_interrupted_batches(&mut report)?;
         self.process_pending_releases(&mut report);
         self.restore_vf_counts(&mut report);
@@ -250,6 +252,7 @@ impl Engine {
             address,
             num_vfs,
             DestroyOptions { force: true },
+            false,
         )?;
         Ok(true)
     }

@@ -7,6 +7,7 @@ use super::{
     lock, nvidia_sriov, DestroyOptions, Engine, EngineError, EngineEvent, OperationContext,
     PciAddress, VirtualFunction,
 };
+use crate::intents;
 use crate::lifecycle;
 use mdev_host::discovery::{self, layout};
 use mdev_host::HostFs;
@@ -44,25 +45,31 @@ impl Engine {
         options: DestroyOptions,
     ) -> Result<Vec<PciAddress>, EngineError> {
         let address: PciAddress = pf.parse()?;
-        let parent_lock = self.parent_lock(&address.to_string());
+        let key = address.to_string();
+        let parent_lock = self.parent_lock(&key);
         let _serialized = lock(&parent_lock);
-        let enabled = self.set_num_vfs_locked(ctx, address, num_vfs, options)?;
+        let current = discovery::read_sriov_pf(self.fs(), address).map(|p| p.num_vfs);
+        let changed = self.set_num_vfs_locked(ctx, address, num_vfs, options, true);
+        let enabled = self.settle_intent(&key, changed)?;
         // A forced change can take VFs that carried instances: transient ones are gone for
-        // good; persistent ones stay defined (and unclaimed) for a later start.
+        // good; persistent ones stay defined (and unclaimed) for a later start. A change from
+        // a non-zero count goes through 0, so the kernel made even the VFs that are enabled
+        // again anew, unbound: then every record on the PF's VFs is lost.
+        let recreated = current.is_some_and(|from| from > 0 && from != num_vfs);
+        let lost: Vec<(String, bool)> = lock(&self.state)
+            .instances
+            .values()
+            .filter(|r| r.parent == key && r.vf.is_some())
+            .filter(|r| recreated || r.vf.is_some_and(|vf| !enabled.contains(&vf)))
+            .map(|r| (r.uuid.clone(), r.persistent))
+            .collect();
         let (forgotten, stopped) = self.update_state(|state| {
             state
                 .parents
                 .entry(address.to_string())
                 .or_default()
                 .num_vfs = (num_vfs > 0).then_some(num_vfs);
-            let lost: Vec<(String, bool)> = state
-                .instances
-                .values()
-                .filter(|r| {
-                    r.vf.is_some_and(|vf| !enabled.contains(&vf)) && r.parent == address.to_string()
-                })
-                .map(|r| (r.uuid.clone(), r.persistent))
-                .collect();
+            Self::intent_done(state, &key);
             let mut forgotten = Vec::new();
             let mut stopped = Vec::new();
             for (uuid, persistent) in lost {
@@ -90,12 +97,16 @@ impl Engine {
         Ok(enabled)
     }
 
+    /// [`Engine::set_num_vfs_with`] under the PF's lock, without recording the count; with
+    /// `write_ahead`, the change's intent is saved before the first write (a call's change,
+    /// not reconcile's own restore or an undo).
     pub(crate) fn set_num_vfs_locked(
         &self,
         ctx: &OperationContext,
         address: PciAddress,
         num_vfs: u32,
         options: DestroyOptions,
+        write_ahead: bool,
     ) -> Result<Vec<PciAddress>, EngineError> {
         if !self.fs().exists(&layout::pci_device(&address)) {
             return Err(EngineError::UnknownParent {
@@ -125,6 +136,13 @@ impl Engine {
                     uuid: record.uuid.clone(),
                 });
             }
+        }
+        if write_ahead {
+            let intent = intents::Intent::VfCount {
+                from: pf.num_vfs,
+                to: num_vfs,
+            };
+            self.write_ahead(&address.to_string(), intent)?;
         }
         if nvidia_sriov::is_nvidia_pf(&pf) {
             self.set_nvidia_vfs(ctx, &pf, num_vfs)?;

@@ -145,6 +145,11 @@ pub struct StateFile {
     /// persistent instance is among them). After a crash, reconcile finishes them.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub pending_destroys: BTreeSet<String>,
+    /// Write-ahead intents: what a host write is about to make, saved before it, by instance
+    /// UUID (or PF address for a VF count). After a crash reconcile undoes each (see
+    /// `engine::intents`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub intents: BTreeMap<String, crate::intents::Intent>,
 }
 
 impl Default for StateFile {
@@ -156,6 +161,7 @@ impl Default for StateFile {
             passthrough: BTreeMap::new(),
             pending_creates: BTreeSet::new(),
             pending_destroys: BTreeSet::new(),
+            intents: BTreeMap::new(),
         }
     }
 }

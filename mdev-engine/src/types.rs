@@ -345,6 +345,21 @@ pub enum ReconcileAction {
         /// Why.
         error: String,
     },
+    /// A write-ahead intent was found (a crash, or a timed-out write that completed later)
+    /// and what it made was removed: the call never acknowledged it (see `intents`).
+    IntentUndone {
+        /// The instance UUID, or the PF address of a VF count.
+        id: String,
+        /// What was undone.
+        what: String,
+    },
+    /// Undoing a write-ahead intent failed; it is kept and the next pass tries again.
+    IntentUndoFailed {
+        /// The instance UUID, or the PF address of a VF count.
+        id: String,
+        /// Why.
+        error: String,
+    },
 }
 
 /// Every action of a reconcile pass, in the order taken.

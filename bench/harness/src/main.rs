@@ -23,13 +23,14 @@ use anyhow::{bail, Context, Result};
 use crate::report::Section;
 use crate::suites::{Env, Rounds};
 
-const SUITES: [&str; 6] = [
+const SUITES: [&str; 7] = [
     "hook",
     "inventory",
     "lifecycle",
     "footprint",
     "exporter",
     "apply",
+    "durable",
 ];
 
 /// `--bin-dir`, else the harness's own directory: it is built into the same target directory
@@ -154,6 +155,7 @@ fn main() -> Result<()> {
                 "lifecycle" => suites::lifecycle::run(&env),
                 "exporter" => suites::exporter::run(&env),
                 "apply" => suites::apply::run(&env),
+                "durable" => suites::durable::run(&env),
                 _ => suites::footprint::run(&env),
             }));
         let section = match result {

@@ -129,6 +129,12 @@ pub fn describe_reconcile(report: &ReconcileReport) -> Vec<String> {
             ReconcileAction::PendingReleaseFailed { file, error } => {
                 format!("could not finish pending release {file}: {error}")
             }
+            ReconcileAction::IntentUndone { id, what } => {
+                format!("undid an unacknowledged change of {id}: {what}")
+            }
+            ReconcileAction::IntentUndoFailed { id, error } => {
+                format!("could not undo the unacknowledged change of {id}: {error}")
+            }
         })
         .collect()
 }

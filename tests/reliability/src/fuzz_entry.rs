@@ -30,7 +30,7 @@ pub struct Target {
 }
 
 /// Every fuzz target.
-pub const TARGETS: [Target; 5] = [
+pub const TARGETS: [Target; 6] = [
     Target {
         name: "domain_xml",
         run: domain_xml,
@@ -50,6 +50,10 @@ pub const TARGETS: [Target; 5] = [
     Target {
         name: "dbus_options",
         run: dbus_options,
+    },
+    Target {
+        name: "engine_model",
+        run: crate::engine_model::run,
     },
 ];
 

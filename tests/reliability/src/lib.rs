@@ -4,6 +4,7 @@
 //! and commands are in `docs/reliability.md`.
 #![deny(missing_docs)]
 
+pub mod engine_model;
 pub mod fuzz_entry;
 pub mod power_loss;
 pub mod remote_host;

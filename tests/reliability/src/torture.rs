@@ -14,6 +14,8 @@
 //!
 //! Then a checking worker starts, reconciles and lists the instances, and the invariants are
 //! checked against the simulated host and the operations the killed worker had acknowledged.
+//! A device a kill left that the restarted engine neither manages nor removed (an orphan) is a
+//! violation.
 //! A final round destroys everything and checks that every type's capacity is back to its
 //! boot value.
 
@@ -253,7 +255,8 @@ fn domain_ref(uuid: &str) -> DomainRef {
     }
 }
 
-fn perform(engine: &Engine, op: &Op) -> Outcome {
+/// Runs `op` on `engine` (also the model-based fuzz target's step).
+pub fn perform(engine: &Engine, op: &Op) -> Outcome {
     let mdev_request = |parent: &str, type_id: &str| {
         CreateRequest::new(CreateTarget::Mdev {
             parent: parent.to_string(),
@@ -486,9 +489,10 @@ pub struct TortureReport {
     pub ops_acknowledged: u32,
     /// Operations interrupted by a kill.
     pub ops_interrupted: u32,
-    /// Devices a kill left on the host that the state does not know (reported by reconcile
-    /// as unknown and left untouched; removed by the harness acting as the administrator).
-    pub orphans_reported: u32,
+    /// Devices a kill left on the host that the state does not know after the restart's
+    /// reconcile (mdevs our workers created, VFs bound to vfio-pci that no record holds). Each
+    /// is also a violation; the harness removes it after counting it once.
+    pub orphans: u32,
     /// Connections of killed workers found waiting on the host socket and closed unserved
     /// (a worker killed after it connected, before the harness accepted it).
     pub stale_connections: u32,
@@ -1352,23 +1356,40 @@ fn check_round(
             ));
         }
     }
-    // Every mdev on the host is in the state or reported; ours are never lost silently.
+    // Every mdev on the host is in the state: one of ours that reconcile left unknown is an
+    // orphan (its capacity is lost until an administrator acts), a violation like any other.
     let mut orphans = Vec::new();
     for uuid in sim.mdev_uuids() {
         let uuid = uuid.to_lowercase();
         if managed.contains_key(&uuid) {
             continue;
         }
-        if unknown.contains(&uuid) {
-            if model.created.contains(&uuid) {
-                orphans.push(uuid);
-            } else {
-                fail(format!("{uuid} exists but nobody created it"));
-            }
+        if !model.created.contains(&uuid) {
+            fail(format!("{uuid} exists but nobody created it"));
+        } else if unknown.contains(&uuid) {
+            fail(format!(
+                "orphan: {uuid} was created by a worker, is on the host, and reconcile left it unknown"
+            ));
         } else {
             fail(format!(
-                "{uuid} is on the host but neither managed nor reported"
+                "orphan: {uuid} was created by a worker, is on the host, neither managed nor reported"
             ));
+        }
+        orphans.push(uuid);
+    }
+    // Every VF bound to vfio-pci is held by a record: a bind the state does not know takes
+    // the VF out of every later pick (an orphaned VF).
+    let held: BTreeSet<String> = managed
+        .values()
+        .filter_map(|i| i.vf.map(|vf| vf.to_string()))
+        .collect();
+    let mut orphaned_vfs = Vec::new();
+    for vf in vfio_bound_vfs(sim) {
+        if !held.contains(&vf) {
+            fail(format!(
+                "orphan: VF {vf} is bound to vfio-pci but no instance holds it"
+            ));
+            orphaned_vfs.push(vf);
         }
     }
     // No two records own the same VF.
@@ -1426,9 +1447,9 @@ fn check_round(
         .values()
         .filter_map(|i| i.scheduling.weight.map(|w| (i.uuid.clone(), w)))
         .collect();
-    // The administrator removes what a kill orphaned (the manager leaves unknown devices
-    // alone), so capacity is not eaten round after round.
-    report.orphans_reported += orphans.len() as u32;
+    // Each orphan is counted once (a violation above): the harness then removes it, so it is
+    // not reported again in every later round and its capacity does not fail the final check.
+    report.orphans += (orphans.len() + orphaned_vfs.len()) as u32;
     for uuid in orphans {
         let _ = sim.write(
             &Path::new("/sys/bus/mdev/devices")
@@ -1437,4 +1458,29 @@ fn check_round(
             b"1",
         );
     }
+    for vf in orphaned_vfs {
+        let _ = sim.write(
+            &Path::new("/sys/bus/pci/drivers")
+                .join(mdev_host::discovery::VFIO_PCI)
+                .join("unbind"),
+            vf.as_bytes(),
+        );
+    }
+}
+
+/// The VFs of [`PF`] bound to vfio-pci.
+fn vfio_bound_vfs(sim: &SimHost) -> Vec<String> {
+    let Ok(pf) = PF.parse() else {
+        return Vec::new();
+    };
+    mdev_host::discovery::read_sriov_pf(sim, pf)
+        .map(|sriov| {
+            sriov
+                .vfs
+                .iter()
+                .filter(|vf| vf.function.driver.as_deref() == Some(mdev_host::discovery::VFIO_PCI))
+                .map(|vf| vf.function.address.to_string())
+                .collect()
+        })
+        .unwrap_or_default()
 }

@@ -1105,3 +1105,5 @@ product_second_daemon() {
 
 # shellcheck source=nodedev.sh
 source "$here/nodedev.sh"
+# shellcheck source=torture.sh
+source "$here/torture.sh"

@@ -17,7 +17,7 @@ bin="$out/bin"
 # shellcheck source=lib.sh
 source "$here/lib.sh"
 
-CHECK_GROUPS=(modules smoke sriov probe held conformance engine product libvirt nodedev passthrough unload)
+CHECK_GROUPS=(modules smoke sriov probe held conformance engine product libvirt nodedev passthrough torture unload)
 
 power_off() {
   dmesg >"$out/dmesg.log" 2>&1

@@ -1,6 +1,7 @@
 //! One module per item of the benchmark issue (#8).
 
 pub mod apply;
+pub mod durable;
 pub mod exporter;
 pub mod footprint;
 pub mod guest;

@@ -65,7 +65,7 @@ fn main() -> ExitCode {
     println!("rounds finished unkilled   {}", report.clean_rounds);
     println!("operations acknowledged    {}", report.ops_acknowledged);
     println!("operations interrupted     {}", report.ops_interrupted);
-    println!("orphans reported           {}", report.orphans_reported);
+    println!("orphans (violations too)   {}", report.orphans);
     println!("stale connections closed   {}", report.stale_connections);
     println!("invariant violations       {}", report.violations.len());
     println!("time                       {seconds:.1} s");
