@@ -234,9 +234,19 @@ async fn pair_by_host_size(
     let mut present: Vec<OwnedObjectPath> = Vec::new();
     for block in 0..blocks * 2 {
         let want = if block % 2 == 0 { SMALL_HOST } else { BATCH };
+        // Filled on the other parents, so that the timed pair on `PARENT` still finds room
+        // (unpinned, the service fills `PARENT`'s type first and the pair then gets NoCapacity).
+        let mut others = SCALE_PARENTS.iter().filter(|p| **p != PARENT).cycle();
+        let mut full = 0;
         while present.len() < want {
-            let count = (want - present.len()).min(256) as u32;
-            present.extend(create_over_bus(&manager, count, None).await?);
+            let parent = others.next().copied();
+            let count = (want - present.len()).min(16) as u32;
+            match create_over_bus(&manager, count, parent).await {
+                Ok(paths) => present.extend(paths),
+                // This parent's type is full: go on with the next one.
+                Err(_) if full < SCALE_PARENTS.len() * 2 => full += 1,
+                Err(error) => return Err(error),
+            }
         }
         while present.len() > want {
             if let Some(path) = present.pop() {
