@@ -4,54 +4,18 @@
 //! second apply is a no-op plan, a create failing in the middle leaves the host as before, and
 //! an instance a VM holds is never removed without force.
 
+mod common;
+
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
-use e2e_tests::bus::{stderr_of, vgpuctl, workspace_binary, TestBus};
-use mdev_engine::{
-    CreateRequest, CreateTarget, DeviceRequest, DiskFiles, DomainRef, Engine, EngineConfig,
-};
-use mdev_manager::daemon::auth::AllowAll;
-use mdev_manager::daemon::Service;
-use mdev_sim::{Fault, SimHost};
-use zbus::Connection;
+use e2e_tests::bus::{stderr_of, vgpuctl, workspace_binary};
+use mdev_engine::{CreateRequest, CreateTarget, DeviceRequest, DomainRef};
+use mdev_sim::Fault;
 
-struct Setup {
-    sim: SimHost,
-    engine: Arc<Engine>,
-    bus: TestBus,
-    _service: Connection,
-    state: tempfile::TempDir,
-}
+type Setup = common::ServedSim;
 
 async fn setup() -> Setup {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let state = tempfile::tempdir().expect("temp dir");
-    let sim = SimHost::builtin("samples").expect("topology");
-    let engine = Arc::new(
-        Engine::new(
-            Arc::new(sim.clone()),
-            Arc::new(DiskFiles::new(state.path())),
-            EngineConfig {
-                readiness_timeout: Duration::from_secs(2),
-                poll_interval: Duration::from_millis(10),
-                ..EngineConfig::default()
-            },
-        )
-        .expect("engine"),
-    );
-    let service = Service::new(engine.clone(), Arc::new(AllowAll), vec!["simulated".into()]);
-    let builder = zbus::connection::Builder::address(bus.address().as_str());
-    let connection = service.serve(builder, true).await.expect("serve");
-    Service::request_name(&connection).await.expect("bus name");
-    Setup {
-        sim,
-        engine,
-        bus,
-        _service: connection,
-        state,
-    }
+    common::serve_sim("samples").await
 }
 
 impl Setup {

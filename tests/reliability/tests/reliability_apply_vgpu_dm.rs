@@ -5,57 +5,21 @@
 //! create failing in the middle leaves the host as before (removed vGPUs come back with their
 //! UUIDs), an instance a VM holds is never removed, and a bad file names file, line and key.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use e2e_tests::bus::{stderr_of, vgpuctl, TestBus};
-use mdev_engine::{
-    CreateRequest, CreateTarget, DeviceRequest, DiskFiles, DomainRef, Engine, EngineConfig,
-};
-use mdev_manager::daemon::auth::AllowAll;
-use mdev_manager::daemon::Service;
-use mdev_sim::{Fault, SimHost};
-use zbus::Connection;
+use std::path::PathBuf;
+
+use e2e_tests::bus::{stderr_of, vgpuctl};
+use mdev_engine::{CreateRequest, CreateTarget, DeviceRequest, DomainRef};
+use mdev_sim::Fault;
 
 const FIRST_T4: &str = "0000:3b:00.0";
 const SECOND_T4: &str = "0000:af:00.0";
 
-struct Setup {
-    sim: SimHost,
-    engine: Arc<Engine>,
-    bus: TestBus,
-    _service: Connection,
-    state: tempfile::TempDir,
-}
+type Setup = common::ServedSim;
 
 async fn setup() -> Setup {
-    let bus = TestBus::start().expect("dbus-daemon");
-    let state = tempfile::tempdir().expect("temp dir");
-    let sim = SimHost::builtin("t4-pair").expect("topology");
-    let engine = Arc::new(
-        Engine::new(
-            Arc::new(sim.clone()),
-            Arc::new(DiskFiles::new(state.path())),
-            EngineConfig {
-                readiness_timeout: Duration::from_secs(2),
-                poll_interval: Duration::from_millis(10),
-                ..EngineConfig::default()
-            },
-        )
-        .expect("engine"),
-    );
-    let service = Service::new(engine.clone(), Arc::new(AllowAll), vec!["simulated".into()]);
-    let builder = zbus::connection::Builder::address(bus.address().as_str());
-    let connection = service.serve(builder, true).await.expect("serve");
-    Service::request_name(&connection).await.expect("bus name");
-    Setup {
-        sim,
-        engine,
-        bus,
-        _service: connection,
-        state,
-    }
+    common::serve_sim("t4-pair").await
 }
 
 /// NVIDIA's example file, as shipped in its repository (see the fixtures' README).
