@@ -216,7 +216,7 @@ group_conformance() {
   fi
 }
 
-# The engine's scenarios (mdev_manager::engine::scenarios: create/destroy, rollback,
+# The engine's scenarios (mdev_conformance::engine_scenarios: create/destroy, rollback,
 # ownership, in-use refusal, claims, reconcile, last-instance race, VF bind) on the real kernel
 # through `mdev-conformance --engine`, one result line per scenario. Same needs as conformance.
 # The simulated host requires every scenario to pass; here a "skipped" one goes through `skip`,
