@@ -190,3 +190,75 @@ fn a_claim_racing_a_destroy_never_both_succeed_and_leave_nothing_unmanaged() {
         assert!(!sim.mdev_uuids().contains(&uuid), "round {round}: cleanup");
     }
 }
+
+#[test]
+fn a_definition_racing_a_create_of_the_same_uuid_lets_exactly_one_win() {
+    let sim = SimHost::builtin("samples").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine_on(&sim, dir.path());
+    // The create's slow step is its sysfs write, between reserving the UUID and recording it.
+    let _slow = sim.inject_fault(Fault::slow("*/create", SLOW_WRITE));
+    for round in 0..12 {
+        let uuid = round_uuid(round);
+        let barrier = Arc::new(Barrier::new(2));
+        let creator = {
+            let (engine, barrier, uuid) = (Arc::clone(&engine), Arc::clone(&barrier), uuid.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                engine.create(CreateRequest {
+                    uuid: Some(uuid),
+                    ..CreateRequest::new(CreateTarget::Mdev {
+                        parent: MTTY.into(),
+                        type_id: MTTY_TYPE.into(),
+                    })
+                })
+            })
+        };
+        let definer = {
+            let (engine, barrier, uuid) = (Arc::clone(&engine), Arc::clone(&barrier), uuid.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                std::thread::sleep(Duration::from_millis((round % 3) as u64 * 4));
+                engine.define_mdev(crate::MdevDefinition {
+                    parent: MTTY.into(),
+                    type_id: MTTY_TYPE.into(),
+                    uuid: Some(uuid),
+                    autostart: false,
+                    attributes: Vec::new(),
+                })
+            })
+        };
+        let created = creator.join().unwrap();
+        let defined = definer.join().unwrap();
+        let on_host = sim.mdev_uuids().contains(&uuid);
+        let known = engine.instance(&uuid).unwrap();
+        match (&created, &defined) {
+            (Ok(_), Ok(_)) => panic!("round {round}: one UUID both created and defined"),
+            (Ok(_), Err(error)) => {
+                assert_eq!(
+                    error.kind(),
+                    ErrorKind::AlreadyExists,
+                    "round {round}: {error}"
+                );
+                assert!(error.to_string().contains(&uuid), "{error}");
+                assert!(
+                    on_host && known.active && !known.persistent,
+                    "round {round}"
+                );
+            }
+            (Err(error), Ok(_)) => {
+                assert_eq!(
+                    error.kind(),
+                    ErrorKind::AlreadyExists,
+                    "round {round}: {error}"
+                );
+                assert!(!on_host, "round {round}: defined only, yet on the host");
+                assert!(!known.active && known.persistent, "round {round}");
+            }
+            (Err(c), Err(d)) => panic!("round {round}: both failed: create {c}; define {d}"),
+        }
+        assert_nothing_unmanaged(&engine, &sim, round);
+        engine.destroy(&uuid, DestroyOptions::default()).unwrap();
+        assert!(!sim.mdev_uuids().contains(&uuid), "round {round}: cleanup");
+    }
+}
