@@ -248,6 +248,8 @@ mod other_gpu_tests;
 #[cfg(test)]
 mod race_tests;
 #[cfg(test)]
+mod state_migration_tests;
+#[cfg(test)]
 mod stop_rule_tests;
 #[cfg(test)]
 mod tests;

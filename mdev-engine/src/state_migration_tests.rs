@@ -1,0 +1,333 @@
+//! The state file's schema migration, tested on a fixture the previous schema's code wrote
+//! (`tests/fixtures/state-v1.json`): the scenario below drives the engine on a simulated host
+//! into a state with every kind of record the file holds, and the fixture is what that code
+//! saved. The same scenario rebuilds the host for the tests that reconcile after a migration.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use mdev_host::HostFs;
+use mdev_sim::SimHost;
+
+/// Where the fixtures live (relative to the crate).
+const FIXTURE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
+const T4: &str = "0000:3b:00.0";
+const H200: &str = "0000:4b:00.0";
+const AMD: &str = "0000:0c:00.0";
+const INTEL: &str = "0000:00:02.0";
+const RX6800: &str = "0000:41:00.0";
+const T400: &str = "0000:61:00.0";
+
+/// Autostart mdev on the T4 with a vendor attribute and scheduling fields.
+const MDEV_AUTOSTART: &str = "5a0c1c7e-0001-4a1b-9c2d-3e4f5a6b7c01";
+/// Persistent mdev on the Intel GPU, stopped: a definition only.
+const MDEV_DEFINED: &str = "5a0c1c7e-0002-4a1b-9c2d-3e4f5a6b7c02";
+/// Persistent mdev on the Intel GPU, stopped, then started by a domain's claim.
+const MDEV_CLAIM_STARTED: &str = "5a0c1c7e-0003-4a1b-9c2d-3e4f5a6b7c03";
+/// An mdev made behind the manager's back (upper case, as a tool might write it), adopted.
+const MDEV_ADOPTED: &str = "5A0C1C7E-0004-4A1B-9C2D-3E4F5A6B7C04";
+/// Persistent VF of the AMD MxGPU, from a profile.
+const VF_PROFILE: &str = "5a0c1c7e-0005-4a1b-9c2d-3e4f5a6b7c05";
+/// Autostart NVIDIA vGPU on an H200 VF, explicit type.
+const NVIDIA_VF_AUTOSTART: &str = "5a0c1c7e-0006-4a1b-9c2d-3e4f5a6b7c06";
+/// Transient NVIDIA vGPU from a profile.
+const NVIDIA_VF_PROFILE: &str = "5a0c1c7e-0007-4a1b-9c2d-3e4f5a6b7c07";
+/// Transient pass-through created by a domain's claim.
+const PASSTHROUGH_CLAIMED: &str = "5a0c1c7e-0008-4a1b-9c2d-3e4f5a6b7c08";
+/// Autostart pass-through taken with `force` (its group holds the host's NIC).
+const PASSTHROUGH_FORCED: &str = "5a0c1c7e-0009-4a1b-9c2d-3e4f5a6b7c09";
+
+const DOMAIN_A: &str = "c0ffee00-aaaa-4bbb-8ccc-000000000001";
+const DOMAIN_B: &str = "c0ffee00-aaaa-4bbb-8ccc-000000000002";
+
+/// The pass-through devices of `topologies/passthrough.toml`, added to the default host (IOMMU
+/// groups chosen clear of the default host's).
+const PASSTHROUGH_DEVICES: &str = r#"
+[[pci_driver]]
+name = "amdgpu"
+
+[[pci_driver]]
+name = "snd_hda_intel"
+
+[[pci_driver]]
+name = "pcieport"
+
+[[pci_driver]]
+name = "nouveau"
+
+[[pci_driver]]
+name = "igb"
+
+[[pci_device]]
+bdf = "0000:40:00.0"
+vendor = 0x1002
+device = 0x1478
+class = 0x060400
+iommu_group = 82
+driver = "pcieport"
+
+[[pci_device]]
+bdf = "0000:41:00.0"
+bridge = "0000:40:00.0"
+vendor = 0x1002
+device = 0x73bf
+subsystem_vendor = 0x1002
+subsystem_device = 0x0e3a
+class = 0x030000
+numa_node = 0
+iommu_group = 82
+driver = "amdgpu"
+
+[[pci_device]]
+bdf = "0000:41:00.1"
+bridge = "0000:40:00.0"
+vendor = 0x1002
+device = 0xab28
+subsystem_vendor = 0x1002
+subsystem_device = 0xab28
+class = 0x040300
+numa_node = 0
+iommu_group = 82
+driver = "snd_hda_intel"
+
+[[pci_device]]
+bdf = "0000:61:00.0"
+vendor = 0x10de
+device = 0x1ff2
+class = 0x030000
+iommu_group = 85
+driver = "nouveau"
+
+[[pci_device]]
+bdf = "0000:62:00.0"
+vendor = 0x8086
+device = 0x1539
+class = 0x020000
+iommu_group = 85
+driver = "igb"
+"#;
+
+/// The host of the fixture: the embedded default host (T4 mdev vGPU, H200 SR-IOV vGPU, AMD
+/// MxGPU, Intel GVT-g) plus the pass-through host's GPUs.
+fn fixture_host() -> SimHost {
+    let default = SimHost::builtin_topology_text("default").expect("default topology");
+    SimHost::from_topology_str(&format!("{default}\n{PASSTHROUGH_DEVICES}")).unwrap()
+}
+
+fn open(sim: &SimHost, root: &Path) -> Arc<Engine> {
+    Arc::new(
+        Engine::new(
+            Arc::new(sim.clone()),
+            Arc::new(DiskFiles::new(root)),
+            EngineConfig {
+                readiness_timeout: Duration::from_secs(10),
+                poll_interval: Duration::from_millis(10),
+                write_timeout: Duration::from_secs(10),
+                ..EngineConfig::default()
+            },
+        )
+        .unwrap(),
+    )
+}
+
+fn with_uuid(uuid: &str, target: CreateTarget) -> CreateRequest {
+    CreateRequest {
+        uuid: Some(uuid.to_owned()),
+        ..CreateRequest::new(target)
+    }
+}
+
+fn mdev(uuid: &str, parent: &str, type_id: &str) -> CreateRequest {
+    with_uuid(
+        uuid,
+        CreateTarget::Mdev {
+            parent: parent.into(),
+            type_id: type_id.into(),
+        },
+    )
+}
+
+fn profile(uuid: &str, name: &str, parent: &str) -> CreateRequest {
+    with_uuid(
+        uuid,
+        CreateTarget::Profile {
+            profile: name.into(),
+            parent: Some(parent.into()),
+        },
+    )
+}
+
+/// Drives the engine into a state holding every kind of record the state file has: mdev, VF,
+/// NVIDIA VF and pass-through instances (persistent, transient, autostart, stopped
+/// definitions, adopted, claimed, started by a claim, forced), vendor attributes, scheduling
+/// fields, parent schedules (a typed policy and a raw value) and a VF count.
+fn drive_rich_state(sim: &SimHost, engine: &Engine) {
+    // Parent schedules first: NVIDIA refuses a policy change while vGPUs run.
+    engine
+        .set_parent_policy(
+            T4,
+            crate::schedule::ParentScheduleChange {
+                policy: Some(vgpu_sched::Policy::EqualShare),
+                period_us: None,
+                time_slice_us: Some(2_000),
+            },
+        )
+        .unwrap();
+    engine
+        .set_parent_schedule(INTEL, serde_json::json!({"policy": "fixed-share"}))
+        .unwrap();
+
+    engine
+        .create(CreateRequest {
+            autostart: true,
+            attributes: vec![("nvidia/vgpu_params".into(), "frame_rate_limiter=0".into())],
+            scheduling: Scheduling {
+                weight: Some(200),
+                min_share: Some(10),
+                max_share: Some(50),
+            },
+            ..mdev(MDEV_AUTOSTART, T4, "nvidia-223")
+        })
+        .unwrap();
+
+    for uuid in [MDEV_DEFINED, MDEV_CLAIM_STARTED] {
+        engine
+            .create(CreateRequest {
+                persistent: true,
+                scheduling: Scheduling {
+                    weight: Some(50),
+                    ..Scheduling::default()
+                },
+                ..mdev(uuid, INTEL, "i915-GVTg_V5_8")
+            })
+            .unwrap();
+        engine.stop(uuid, DestroyOptions::default()).unwrap();
+    }
+
+    // An mdev the manager did not make, adopted and made persistent.
+    sim.write(
+        Path::new(&format!(
+            "/sys/class/mdev_bus/{INTEL}/mdev_supported_types/i915-GVTg_V5_4/create"
+        )),
+        MDEV_ADOPTED.to_ascii_lowercase().as_bytes(),
+    )
+    .unwrap();
+    engine.adopt(MDEV_ADOPTED).unwrap();
+    engine.set_persistence(MDEV_ADOPTED, true, false).unwrap();
+
+    engine
+        .create(CreateRequest {
+            persistent: true,
+            ..profile(VF_PROFILE, "amd-mxgpu-vf", AMD)
+        })
+        .unwrap();
+
+    engine
+        .set_num_vfs(H200, 32, DestroyOptions::default())
+        .unwrap();
+    engine
+        .create(CreateRequest {
+            autostart: true,
+            ..with_uuid(
+                NVIDIA_VF_AUTOSTART,
+                CreateTarget::NvidiaVf {
+                    pf: H200.into(),
+                    type_id: 1405,
+                    vf: None,
+                },
+            )
+        })
+        .unwrap();
+    engine
+        .create(profile(NVIDIA_VF_PROFILE, "nvidia-h200-35c", H200))
+        .unwrap();
+
+    engine
+        .create(CreateRequest {
+            autostart: true,
+            force: true,
+            ..with_uuid(
+                PASSTHROUGH_FORCED,
+                CreateTarget::Passthrough {
+                    gpu: T400.into(),
+                    force: true,
+                },
+            )
+        })
+        .unwrap();
+
+    engine
+        .claim_domain(
+            &DomainRef {
+                name: "vm-alpha".into(),
+                uuid: DOMAIN_A.into(),
+            },
+            &[
+                DeviceRequest {
+                    kind: "mdev".into(),
+                    uuid: Some(MDEV_CLAIM_STARTED.into()),
+                    ..DeviceRequest::default()
+                },
+                DeviceRequest {
+                    kind: "passthrough".into(),
+                    uuid: Some(PASSTHROUGH_CLAIMED.into()),
+                    pci_address: Some(RX6800.into()),
+                    weight: Some(300),
+                    ..DeviceRequest::default()
+                },
+            ],
+        )
+        .unwrap();
+    engine
+        .claim_domain(
+            &DomainRef {
+                name: "vm-beta".into(),
+                uuid: DOMAIN_B.into(),
+            },
+            &[DeviceRequest {
+                kind: "mdev".into(),
+                uuid: Some(MDEV_AUTOSTART.into()),
+                ..DeviceRequest::default()
+            }],
+        )
+        .unwrap();
+}
+
+fn state_path(root: &Path) -> std::path::PathBuf {
+    root.join("var/lib/mdev-manager").join(crate::state::STATE_FILE_NAME)
+}
+
+/// Rewrites `tests/fixtures/state-v1.json` from the scenario when `MDEV_WRITE_STATE_FIXTURE`
+/// is set (run once, by the schema-1 code; the committed file is the migration's ground
+/// truth and is not rewritten by later schemas).
+#[test]
+fn the_rich_scenario_saves_every_kind_of_record() {
+    let sim = fixture_host();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(&sim, dir.path());
+    drive_rich_state(&sim, &engine);
+    let text = std::fs::read_to_string(state_path(dir.path())).unwrap();
+    let saved: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let kinds: std::collections::BTreeSet<&str> = saved["instances"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        ["mdev", "nvidia-vf", "passthrough", "vf"]
+    );
+    assert_eq!(saved["instances"].as_object().unwrap().len(), 9);
+    assert_eq!(saved["passthrough"].as_object().unwrap().len(), 2);
+    assert_eq!(saved["parents"][H200]["num_vfs"], 32);
+    if std::env::var_os("MDEV_WRITE_STATE_FIXTURE").is_some() {
+        std::fs::write(Path::new(FIXTURE_DIR).join("state-v1.json"), &text).unwrap();
+    }
+    // Nothing for a reconcile to do on the host that wrote it.
+    let report = engine.reconcile().unwrap();
+    assert!(report.actions.is_empty(), "{report:?}");
+}
