@@ -31,7 +31,7 @@ fn running(uuid: &str, parent: &str, profile: &str) -> InstanceInfo {
 fn held(mut info: InstanceInfo, vm: &str) -> InstanceInfo {
     info.claim = Some(Claim {
         domain_name: vm.into(),
-        domain_uuid: "aaaaaaaa-0000-4000-8000-000000000001".into(),
+        domain_uuid: "aaaaaaaa-0000-4000-8000-000000000001".parse().unwrap(),
         transient: false,
         started_by_claim: false,
     });

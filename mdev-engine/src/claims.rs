@@ -12,7 +12,8 @@ use super::{
     DeviceRequest, DomainRef, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind,
     OperationContext, ReleaseReport, Scheduling,
 };
-use crate::state::InstanceRecord;
+use crate::record_names::record_uuid;
+use crate::state::{InstanceRecord, ProfileName, Uuid};
 use mdev_host::discovery::{self, names, names::PciAddress};
 
 /// One thing a claim did, undone in reverse if a later device fails.
@@ -44,7 +45,7 @@ impl Engine {
         domain: &DomainRef,
         devices: &[DeviceRequest],
     ) -> Result<Vec<InstanceInfo>, EngineError> {
-        let domain_uuid = names::parse_uuid(&domain.uuid)?.to_string();
+        let domain_uuid = record_uuid(&names::parse_uuid(&domain.uuid)?);
         check_domain_name(&domain.name)?;
         check_devices(devices)?;
         let mut steps: Vec<ClaimStep> = Vec::new();
@@ -53,14 +54,7 @@ impl Engine {
             let claimed = ctx
                 .check(|| format!("claiming {}", describe_device(device)))
                 .and_then(|()| {
-                    self.claim_one(
-                        ctx,
-                        domain,
-                        &domain_uuid,
-                        device,
-                        &claimed_uuids,
-                        &mut steps,
-                    )
+                    self.claim_one(ctx, domain, domain_uuid, device, &claimed_uuids, &mut steps)
                 });
             match claimed {
                 Ok(uuid) => claimed_uuids.push(uuid),
@@ -115,7 +109,7 @@ impl Engine {
         &self,
         ctx: &OperationContext,
         domain: &DomainRef,
-        domain_uuid: &str,
+        domain_uuid: Uuid,
         device: &DeviceRequest,
         already: &[String],
         steps: &mut Vec<ClaimStep>,
@@ -141,7 +135,7 @@ impl Engine {
         });
         let new_claim = |transient: bool, started_by_claim: bool| Claim {
             domain_name: domain.name.clone(),
-            domain_uuid: domain_uuid.to_owned(),
+            domain_uuid,
             transient,
             started_by_claim,
         };
@@ -150,33 +144,34 @@ impl Engine {
         let _held = uuid.as_deref().map(|uuid| self.instance_locks.hold(uuid));
         // A known instance: claim it (starting it if it is only defined).
         if let Some(uuid) = &uuid {
-            let existing = lock(&self.state).instances.get(uuid).cloned();
+            let existing = lock(&self.state).instance(uuid).cloned();
             if let Some(record) = existing {
                 if let Some(claim) = &record.claim {
                     if claim.domain_uuid == domain_uuid {
-                        return Ok(record.uuid); // prepare called again: already ours
+                        // prepare called again: already ours
+                        return Ok(record.uuid.to_string());
                     }
-                    return Err(claimed(&record.uuid, claim));
+                    return Err(claimed(&record.uuid.to_string(), claim));
                 }
                 let started = !self.is_active(&record);
                 if started {
                     self.start_record(ctx, &record)?;
-                    steps.push(ClaimStep::Started(record.uuid.clone()));
+                    steps.push(ClaimStep::Started(record.uuid.to_string()));
                 }
                 let weight = device.weight;
                 self.update_state(|state| {
-                    if let Some(r) = state.instances.get_mut(&record.uuid) {
+                    if let Some(r) = state.instance_mut(&record.uuid) {
                         r.claim = Some(new_claim(false, started));
                         if weight.is_some() {
                             r.scheduling.weight = weight;
                         }
                     }
                 })?;
-                steps.push(ClaimStep::Claimed(record.uuid.clone()));
+                steps.push(ClaimStep::Claimed(record.uuid.to_string()));
                 self.emit(EngineEvent::InstanceChanged {
-                    uuid: record.uuid.clone(),
+                    uuid: record.uuid.to_string(),
                 });
-                return Ok(record.uuid);
+                return Ok(record.uuid.to_string());
             }
         }
         // A profile-only request that this domain already holds an instance of (prepare sent
@@ -186,13 +181,13 @@ impl Engine {
                 .instances
                 .values()
                 .find(|r| {
-                    r.profile.as_ref() == Some(profile)
+                    r.profile.as_ref().is_some_and(|p| p.as_str() == profile)
                         && r.claim
                             .as_ref()
                             .is_some_and(|c| c.domain_uuid == domain_uuid)
-                        && !already.contains(&r.uuid)
+                        && !already.contains(&r.uuid.to_string())
                 })
-                .map(|r| r.uuid.clone());
+                .map(|r| r.uuid.to_string());
             if let Some(reused) = reused {
                 return Ok(reused);
             }
@@ -247,7 +242,7 @@ impl Engine {
         };
         let record = self.create_one(ctx, &request, Some(new_claim(true, false)))?;
         steps.push(ClaimStep::Created(Box::new(record.clone())));
-        Ok(record.uuid)
+        Ok(record.uuid.to_string())
     }
 
     fn undo_claim(&self, steps: Vec<ClaimStep>) -> Vec<String> {
@@ -261,7 +256,7 @@ impl Engine {
                     .map(Err),
                 ClaimStep::Claimed(uuid) => Some(
                     self.update_state(|state| {
-                        if let Some(record) = state.instances.get_mut(uuid) {
+                        if let Some(record) = state.instance_mut(uuid) {
                             record.claim = None;
                         }
                     })
@@ -283,7 +278,7 @@ impl Engine {
     /// persistent ones (stopping those the claim started unless they are autostart).
     /// Idempotent: releasing a domain that holds nothing does nothing.
     pub fn release_domain(&self, domain: &DomainRef) -> Result<ReleaseReport, EngineError> {
-        let domain_uuid = names::parse_uuid(&domain.uuid)?.to_string();
+        let domain_uuid = record_uuid(&names::parse_uuid(&domain.uuid)?);
         let held: Vec<InstanceRecord> = lock(&self.state)
             .instances
             .values()
@@ -300,7 +295,7 @@ impl Engine {
         let transient: Vec<String> = held
             .iter()
             .filter(|r| r.claim.as_ref().is_some_and(|c| c.transient))
-            .map(|r| r.uuid.clone())
+            .map(|r| r.uuid.to_string())
             .collect();
         let batch = if transient.is_empty() {
             Ok(())
@@ -313,14 +308,14 @@ impl Engine {
             };
             if claim.transient {
                 // Done by the batch, or by the part of it that ran before it stopped.
-                let gone = batch.is_ok() || !lock(&self.state).instances.contains_key(&record.uuid);
+                let gone = batch.is_ok() || !lock(&self.state).has_instance(&record.uuid);
                 let outcome = if gone {
                     Ok(())
                 } else {
-                    self.destroy(&record.uuid, DestroyOptions { force: true })
+                    self.destroy(&record.uuid.to_string(), DestroyOptions { force: true })
                 };
                 match outcome {
-                    Ok(()) => report.destroyed.push(record.uuid.clone()),
+                    Ok(()) => report.destroyed.push(record.uuid.to_string()),
                     Err(error) => report.problems.push(format!(
                         "destroying {} {}: {error}",
                         record.kind, record.uuid
@@ -330,7 +325,7 @@ impl Engine {
             }
             if claim.started_by_claim && !record.autostart {
                 if let Err(error) =
-                    self.stop_or_forget(&record.uuid, DestroyOptions { force: true })
+                    self.stop_or_forget(&record.uuid.to_string(), DestroyOptions { force: true })
                 {
                     report
                         .problems
@@ -340,7 +335,7 @@ impl Engine {
             // Only this domain's claim is dropped: the claim may have been released and taken
             // by another domain since `held` was read.
             match self.update_state(|state| {
-                if let Some(r) = state.instances.get_mut(&record.uuid) {
+                if let Some(r) = state.instance_mut(&record.uuid) {
                     if r.claim
                         .as_ref()
                         .is_some_and(|c| c.domain_uuid == domain_uuid)
@@ -350,9 +345,9 @@ impl Engine {
                 }
             }) {
                 Ok(()) => {
-                    report.unclaimed.push(record.uuid.clone());
+                    report.unclaimed.push(record.uuid.to_string());
                     self.emit(EngineEvent::InstanceChanged {
-                        uuid: record.uuid.clone(),
+                        uuid: record.uuid.to_string(),
                     });
                 }
                 Err(error) => report
@@ -366,7 +361,7 @@ impl Engine {
     /// Compares what a running domain should hold with what exists; never fails for drift.
     pub fn verify_domain(&self, domain: &DomainRef, devices: &[DeviceRequest]) -> Vec<String> {
         let domain_uuid = match names::parse_uuid(&domain.uuid) {
-            Ok(uuid) => uuid.to_string(),
+            Ok(uuid) => record_uuid(&uuid),
             Err(error) => return vec![error.to_string()],
         };
         let records: Vec<InstanceRecord> = lock(&self.state).instances.values().cloned().collect();
@@ -379,11 +374,11 @@ impl Engine {
             })
             .collect();
         let mut drift = Vec::new();
-        let mut accounted: Vec<&str> = Vec::new();
+        let mut accounted: Vec<Uuid> = Vec::new();
         for device in devices {
             let found = match (&device.uuid, &device.pci_address) {
                 (Some(uuid), _) => match names::parse_uuid(uuid) {
-                    Ok(uuid) => records.iter().find(|r| r.uuid == uuid.to_string()),
+                    Ok(uuid) => records.iter().find(|r| r.uuid == record_uuid(&uuid)),
                     Err(error) => {
                         drift.push(error.to_string());
                         continue;
@@ -401,7 +396,8 @@ impl Engine {
                     let by_profile = held
                         .iter()
                         .find(|r| {
-                            r.profile == device.profile && !accounted.contains(&r.uuid.as_str())
+                            r.profile.as_ref().map(ProfileName::as_str) == device.profile.as_deref()
+                                && !accounted.contains(&r.uuid)
                         })
                         .copied();
                     if by_profile.is_none() {
@@ -422,7 +418,7 @@ impl Engine {
                 }
                 continue;
             };
-            accounted.push(&record.uuid);
+            accounted.push(record.uuid);
             match &record.claim {
                 Some(claim) if claim.domain_uuid == domain_uuid => {}
                 Some(claim) => drift.push(format!(
@@ -448,7 +444,7 @@ impl Engine {
             }
         }
         for record in held {
-            if !accounted.contains(&record.uuid.as_str()) {
+            if !accounted.contains(&record.uuid) {
                 drift.push(format!(
                     "{} {} is claimed by domain {} but the domain does not use it",
                     record.kind, record.uuid, domain.name

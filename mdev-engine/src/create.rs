@@ -8,8 +8,8 @@ use super::{
     PciAddress, PlacementRequest, Scheduling,
 };
 use crate::intents;
-use crate::lifecycle;
-use crate::state::InstanceRecord;
+use crate::record_names::record_uuid;
+use crate::state::{InstanceRecord, ParentName, ProfileName, TypeId, Uuid};
 use mdev_host::discovery::{self, layout, names};
 
 /// How often a profile is placed again when its chosen parent filled up meanwhile.
@@ -39,6 +39,27 @@ pub(super) fn check_scheduling(scheduling: &Scheduling) -> Result<(), EngineErro
         }
     }
     Ok(())
+}
+
+/// The parent and type a resolved target records, checked as [`Engine::create`] checks them
+/// (a profile target has been resolved before a record is made).
+fn target_names(target: &CreateTarget) -> Result<(ParentName, TypeId), EngineError> {
+    match target {
+        CreateTarget::Mdev { parent, type_id } => {
+            Ok((ParentName::new(parent)?, TypeId::new(type_id)?))
+        }
+        CreateTarget::Vf { pf, .. } => Ok((pf.parse::<PciAddress>()?.into(), TypeId::vfio_pci())),
+        CreateTarget::NvidiaVf { pf, type_id, .. } => {
+            Ok((pf.parse::<PciAddress>()?.into(), TypeId::from(*type_id)))
+        }
+        CreateTarget::Passthrough { gpu, .. } => {
+            Ok((gpu.parse::<PciAddress>()?.into(), TypeId::vfio_pci()))
+        }
+        CreateTarget::Profile { profile, .. } => Err(EngineError::Profile {
+            profile: profile.clone(),
+            reason: "resolves to another profile, which is not allowed".into(),
+        }),
+    }
 }
 
 /// A create target as error messages name it.
@@ -120,19 +141,17 @@ impl Engine {
         }
         // Only UUIDs free now: a crash must never make reconcile remove an instance that was
         // already there (a taken UUID fails its step anyway).
-        let intent: Vec<String> = {
+        let intent: Vec<Uuid> = {
             let state = lock(&self.state);
             requests
                 .iter()
                 .filter_map(|r| names::parse_uuid(r.uuid.as_deref()?).ok())
-                .filter(|uuid| {
-                    !state.instances.contains_key(&uuid.to_string())
-                        && !self.fs().exists(&layout::mdev_device(uuid))
-                })
-                .map(|uuid| uuid.to_string())
+                .filter(|uuid| !self.fs().exists(&layout::mdev_device(uuid)))
+                .map(|uuid| record_uuid(&uuid))
+                .filter(|uuid| !state.has_instance(uuid))
                 .collect()
         };
-        self.update_state(|state| state.pending_creates.extend(intent.iter().cloned()))?;
+        self.update_state(|state| state.pending_creates.extend(intent.iter().copied()))?;
         let outcome = self.create_batch_steps(&ctx.in_batch(), &requests);
         let saved = self.update_state(|state| {
             for uuid in &intent {
@@ -146,7 +165,7 @@ impl Engine {
                 // Nothing may exist that the durable state does not know: undo the batch.
                 let created: Vec<InstanceRecord> = infos
                     .iter()
-                    .filter_map(|info| lock(&self.state).instances.get(&info.uuid).cloned())
+                    .filter_map(|info| lock(&self.state).instance(&info.uuid).cloned())
                     .collect();
                 let rollback_failures = self.roll_back(&created);
                 Err(EngineError::Batch {
@@ -232,7 +251,7 @@ impl Engine {
         let _reservation = {
             let state = lock(&self.state);
             let mut reserved = lock(&self.reserved);
-            if state.instances.contains_key(&key) || !reserved.insert(key.clone()) {
+            if state.has_instance(&key) || !reserved.insert(key.clone()) {
                 return Err(EngineError::AlreadyExists { uuid: key });
             }
             Reservation {
@@ -268,7 +287,14 @@ impl Engine {
                     scheduling.weight = scheduling.weight.or(Some(resolved.default_weight));
                     scheduling.min_share = scheduling.min_share.or(resolved.compute_shares.0);
                     scheduling.max_share = scheduling.max_share.or(resolved.compute_shares.1);
-                    (resolved.target, Some(profile.clone()))
+                    let name = ProfileName::new(profile).map_err(|error| {
+                        EngineError::InvalidArgument {
+                            what: "profile",
+                            value: profile.clone(),
+                            reason: error.to_string(),
+                        }
+                    })?;
+                    (resolved.target, Some(name))
                 }
                 other => (other.clone(), None),
             };
@@ -279,11 +305,14 @@ impl Engine {
                 },
                 other => other,
             };
+            // The kind, parent and type are the target's; `create_target` sets them again from
+            // what it checked and chose.
+            let (parent, type_id) = target_names(&target)?;
             let record = InstanceRecord {
-                uuid: key.clone(),
+                uuid: record_uuid(&uuid),
                 kind: InstanceKind::Mdev,
-                parent: String::new(),
-                type_id: String::new(),
+                parent,
+                type_id,
                 profile,
                 owner: Owner::CreatedByUs,
                 autostart: request.autostart,
@@ -319,8 +348,8 @@ impl Engine {
         let key = uuid.to_string();
         match target {
             CreateTarget::Mdev { parent, type_id } => {
-                names::check_sysfs_name("parent", parent)?;
-                names::check_sysfs_name("mdev type", type_id)?;
+                let parent_name = ParentName::new(parent)?;
+                let type_name = TypeId::new(type_id)?;
                 self.wait_for_path(ctx, parent, &layout::mdev_parent(parent), None)?;
                 let parent_lock = self.parent_lock(parent);
                 let _serialized = lock(&parent_lock);
@@ -329,11 +358,14 @@ impl Engine {
                     return Err(EngineError::AlreadyExists { uuid: key });
                 }
                 self.check_capacity(parent, type_id)?;
-                self.write_ahead(&key, intents::Intent::mdev(parent, type_id))?;
+                self.write_ahead(
+                    &key,
+                    intents::Intent::mdev(parent_name.clone(), type_name.clone()),
+                )?;
                 let written = self.host.create_mdev(parent, type_id, uuid, attributes);
                 self.settle_intent(&key, written)?;
-                record.parent = parent.clone();
-                record.type_id = type_id.clone();
+                record.parent = parent_name;
+                record.type_id = type_name;
                 self.commit_new(ctx, &record)?;
             }
             CreateTarget::Vf { pf, vf } => {
@@ -353,20 +385,15 @@ impl Engine {
                 let chosen = self.pick_free_vf(pf, wanted)?;
                 ctx.check(|| format!("binding VF {chosen} to vfio-pci"))?;
                 record.kind = InstanceKind::Vf;
-                record.parent = pf.to_string();
-                record.type_id = lifecycle::VFIO_PCI.to_owned();
+                record.parent = pf.into();
+                record.type_id = TypeId::vfio_pci();
                 record.vf = Some(chosen);
                 let driver = discovery::link_target_name(
                     self.fs(),
                     &layout::pci_device(&chosen).join("driver"),
                 );
-                let intent = intents::Intent::vf(
-                    InstanceKind::Vf,
-                    &record.parent,
-                    lifecycle::VFIO_PCI,
-                    chosen,
-                    driver,
-                );
+                let intent =
+                    intents::Intent::vf(InstanceKind::Vf, pf, TypeId::vfio_pci(), chosen, driver);
                 self.write_ahead(&key, intent)?;
                 let bound = self.host.bind_vfio(chosen);
                 record.previous_driver = self.settle_intent(&key, bound)?;
@@ -390,8 +417,8 @@ impl Engine {
                 }
                 let intent = intents::Intent::vf(
                     InstanceKind::NvidiaVf,
-                    &pf.to_string(),
-                    &type_id.to_string(),
+                    pf,
+                    TypeId::from(*type_id),
                     vf,
                     None,
                 );
@@ -399,8 +426,8 @@ impl Engine {
                 let written = self.host.set_nvidia_vgpu(vf, *type_id);
                 self.settle_intent(&key, written)?;
                 record.kind = InstanceKind::NvidiaVf;
-                record.parent = pf.to_string();
-                record.type_id = type_id.to_string();
+                record.parent = pf.into();
+                record.type_id = TypeId::from(*type_id);
                 record.vf = Some(vf);
                 if let Err(error) = self.write_vf_attributes(vf, attributes) {
                     let rollback = self
@@ -470,27 +497,24 @@ impl Engine {
         if record.kind == InstanceKind::Mdev
             && ctx.durability() == context::Durability::DeferredToBatchEnd
         {
-            lock(&self.state)
-                .instances
-                .insert(record.uuid.clone(), record.clone());
+            lock(&self.state).insert_instance(record.clone());
             return Ok(());
         }
-        let intent = lock(&self.state).intents.get(&record.uuid).cloned();
+        let key = record.uuid.to_string();
+        let intent = lock(&self.state).intents.get(&key).cloned();
         let saved = self.update_state(|state| {
-            state.instances.insert(record.uuid.clone(), record.clone());
-            Self::intent_done(state, &record.uuid);
+            state.insert_instance(record.clone());
+            Self::intent_done(state, &key);
         });
         if let Err(error) = saved {
-            lock(&self.state).instances.remove(&record.uuid);
+            lock(&self.state).remove_instance(&record.uuid);
             let rollback = self
                 .remove_device(record)
                 .err()
                 .map(|e| format!("removing {} {}: {e}", record.kind, record.uuid));
             if let (Some(intent), Some(_)) = (intent, &rollback) {
                 // The device stays: so does the intent that proves it is ours.
-                lock(&self.state)
-                    .intents
-                    .insert(record.uuid.clone(), intent);
+                lock(&self.state).intents.insert(key, intent);
             }
             return Err(EngineError::Batch {
                 step: format!("recording {} {}", record.kind, record.uuid),
@@ -578,13 +602,13 @@ impl Engine {
                 offered.available_instances = available;
             }
             if mdev_type.id == record.type_id {
-                mdev_type.devices.push(record.uuid.clone());
+                mdev_type.devices.push(record.uuid.to_string());
             }
         }
         inventory.mdevs.push(MdevDevice {
-            uuid: record.uuid.clone(),
-            parent: record.parent.clone(),
-            type_id: record.type_id.clone(),
+            uuid: record.uuid.to_string(),
+            parent: record.parent.to_string(),
+            type_id: record.type_id.to_string(),
             iommu_group: None,
             vfio_device: None,
         });

@@ -11,8 +11,7 @@
 //! it is, so a crash between the two leaves only stale files, each costing the hook one
 //! needless `ReleaseDomain`. [`rebuild`] makes the index exact again at start. Files are made
 //! with the state store's atomic, durable write; names are canonical lower-case UUIDs (a
-//! claim's domain UUID that is not one, which the bus layer never lets through, gets no file
-//! and the hook falls back to the domain XML for it).
+//! claim's domain UUID is a typed UUID in the record, so every holder gets its file).
 //!
 //! Failures are state-store failures ([`StateError`]): the index is part of what a commit
 //! makes durable.
@@ -32,8 +31,7 @@ pub fn holding_domains(state: &StateFile) -> BTreeSet<String> {
         .instances
         .values()
         .filter_map(|record| record.claim.as_ref())
-        .filter_map(|claim| uuid::Uuid::parse_str(&claim.domain_uuid).ok())
-        .map(|uuid| uuid.as_hyphenated().to_string())
+        .map(|claim| claim.domain_uuid.to_string())
         .collect()
 }
 
@@ -120,17 +118,17 @@ mod tests {
 
     fn claimed(uuid: &str, domain_uuid: Option<&str>) -> InstanceRecord {
         InstanceRecord {
-            uuid: uuid.to_owned(),
+            uuid: uuid.parse().unwrap(),
             kind: InstanceKind::Mdev,
-            parent: "mtty".to_owned(),
-            type_id: "mtty-2".to_owned(),
+            parent: "mtty".parse().unwrap(),
+            type_id: "mtty-2".parse().unwrap(),
             profile: None,
             owner: Owner::CreatedByUs,
             autostart: false,
             persistent: false,
             claim: domain_uuid.map(|domain_uuid| Claim {
                 domain_name: "vm".to_owned(),
-                domain_uuid: domain_uuid.to_owned(),
+                domain_uuid: domain_uuid.parse().unwrap(),
                 transient: true,
                 started_by_claim: false,
             }),
@@ -145,7 +143,7 @@ mod tests {
     fn state(records: &[InstanceRecord]) -> StateFile {
         let mut state = StateFile::default();
         for record in records {
-            state.instances.insert(record.uuid.clone(), record.clone());
+            state.insert_instance(record.clone());
         }
         state
     }

@@ -110,11 +110,11 @@ impl Engine {
     pub(crate) fn emit_capacity_change(&self, record: &InstanceRecord) {
         self.emit(match record.kind {
             InstanceKind::Mdev => EngineEvent::TypeChanged {
-                parent: record.parent.clone(),
-                type_id: record.type_id.clone(),
+                parent: record.parent.to_string(),
+                type_id: record.type_id.to_string(),
             },
             _ => EngineEvent::ParentChanged {
-                parent: record.parent.clone(),
+                parent: record.parent.to_string(),
             },
         });
     }

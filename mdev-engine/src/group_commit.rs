@@ -147,5 +147,11 @@ fn repeat(error: &StateError) -> StateError {
             path: path.clone(),
             found: *found,
         },
+        // Only a load migrates; kept whole for completeness.
+        StateError::Migration { path, .. } => StateError::Io {
+            op: "write",
+            path: path.clone(),
+            source: io::Error::other(vgpu_types::error_chain(error)),
+        },
     }
 }

@@ -57,7 +57,7 @@ impl Engine {
             return;
         };
         let key = uuid.to_string();
-        let record = lock(&self.state).instances.get(&key).cloned();
+        let record = lock(&self.state).instance(&key).cloned();
         let Some(record) = record else {
             self.emit(EngineEvent::InstanceRemoved { uuid: key });
             return;
@@ -68,8 +68,8 @@ impl Engine {
         let forget = !record.persistent;
         let saved = self.update_state(|state| {
             if forget {
-                state.instances.remove(&key);
-            } else if let Some(kept) = state.instances.get_mut(&key) {
+                state.remove_instance(&key);
+            } else if let Some(kept) = state.instance_mut(&key) {
                 kept.claim = None;
             }
         });
@@ -111,7 +111,7 @@ impl Engine {
             .instances
             .values()
             .find(|r| r.vf == Some(address))
-            .map(|r| r.uuid.clone());
+            .map(|r| r.uuid.to_string());
         if let Some(uuid) = is_instance_vf {
             self.emit(EngineEvent::InstanceChanged { uuid });
         }

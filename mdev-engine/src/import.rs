@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::state::InstanceRecord;
+use crate::state::{InstanceRecord, ParentName, TypeId};
 use crate::{
     lock, Engine, EngineError, EngineEvent, ImportReport, InstanceKind, Owner, Scheduling,
 };
@@ -178,7 +178,7 @@ impl Engine {
             return;
         };
         let key = uuid.to_string();
-        if lock(&self.state).instances.contains_key(&key) {
+        if lock(&self.state).has_instance(&key) {
             report.skipped.push(key);
             return;
         }
@@ -201,10 +201,18 @@ impl Engine {
                 return;
             }
         };
+        let checked = ParentName::new(parent).and_then(|p| Ok((p, TypeId::new(&type_id)?)));
+        let (parent, type_id) = match checked {
+            Ok(checked) => checked,
+            Err(error) => {
+                report.problems.push(format!("{shown}: {error}"));
+                return;
+            }
+        };
         let record = InstanceRecord {
-            uuid: key.clone(),
+            uuid: crate::record_names::record_uuid(&uuid),
             kind: InstanceKind::Mdev,
-            parent: parent.to_owned(),
+            parent,
             type_id,
             profile: None,
             owner: Owner::Adopted,
@@ -230,10 +238,10 @@ impl Engine {
         // The same UUID may be defined under several parents (mdevctl allows it); the first
         // (sorted) wins and the others are reported.
         let inserted = self.update_state(|state| {
-            if state.instances.contains_key(&key) {
+            if state.has_instance(&key) {
                 false
             } else {
-                state.instances.insert(key.clone(), record);
+                state.insert_instance(record);
                 true
             }
         });

@@ -25,7 +25,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::lifecycle;
-use crate::state::{InstanceKind, InstanceRecord, Owner};
+use crate::state::{InstanceKind, InstanceRecord, Owner, ParentName, TypeId, Uuid};
 use crate::{
     lock, DestroyOptions, Engine, EngineError, EngineEvent, OperationContext, ReconcileAction,
     ReconcileReport,
@@ -41,9 +41,9 @@ pub enum Intent {
         /// Mdev, VF or NVIDIA VF.
         kind: InstanceKind,
         /// Mdev parent or PF address.
-        parent: String,
+        parent: ParentName,
         /// Mdev type, `vfio-pci`, or the NVIDIA type id.
-        type_id: String,
+        type_id: TypeId,
         /// The VF, for the VF kinds.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         vf: Option<PciAddress>,
@@ -62,11 +62,11 @@ pub enum Intent {
 
 impl Intent {
     /// The intent of an mdev `create`.
-    pub(crate) fn mdev(parent: &str, type_id: &str) -> Self {
+    pub(crate) fn mdev(parent: ParentName, type_id: TypeId) -> Self {
         Self::Instance {
             kind: InstanceKind::Mdev,
-            parent: parent.to_owned(),
-            type_id: type_id.to_owned(),
+            parent,
+            type_id,
             vf: None,
             previous_driver: None,
         }
@@ -75,15 +75,15 @@ impl Intent {
     /// The intent of a VF bind (`kind` Vf) or an NVIDIA vGPU type write (`kind` NvidiaVf).
     pub(crate) fn vf(
         kind: InstanceKind,
-        pf: &str,
-        type_id: &str,
+        pf: PciAddress,
+        type_id: TypeId,
         vf: PciAddress,
         previous_driver: Option<String>,
     ) -> Self {
         Self::Instance {
             kind,
-            parent: pf.to_owned(),
-            type_id: type_id.to_owned(),
+            parent: pf.into(),
+            type_id,
             vf: Some(vf),
             previous_driver,
         }
@@ -110,7 +110,7 @@ impl Intent {
             return None;
         };
         Some(InstanceRecord {
-            uuid: key.to_owned(),
+            uuid: Uuid::parse(key).ok()?,
             kind: *kind,
             parent: parent.clone(),
             type_id: type_id.clone(),
@@ -132,7 +132,7 @@ impl Engine {
     /// Makes `intent` durable under `key` before the write it announces. An mdev inside a
     /// batch needs none: the batch's `pending_creates`, saved before its first write, holds it.
     pub(crate) fn write_ahead(&self, key: &str, intent: Intent) -> Result<(), EngineError> {
-        if lock(&self.state).pending_creates.contains(key) {
+        if Uuid::parse(key).is_ok_and(|uuid| lock(&self.state).pending_creates.contains(&uuid)) {
             return Ok(());
         }
         let what = intent.describe(key);
@@ -222,7 +222,7 @@ impl Engine {
 
     fn finish_intent(&self, key: &str, intent: &Intent, report: &mut ReconcileReport) {
         let parent = match intent {
-            Intent::Instance { parent, .. } => parent.clone(),
+            Intent::Instance { parent, .. } => parent.to_string(),
             Intent::VfCount { .. } => key.to_owned(),
         };
         // Every write that makes something holds its parent's lock from its intent to the
@@ -234,7 +234,7 @@ impl Engine {
         {
             return;
         }
-        let recorded = lock(&self.state).instances.contains_key(key);
+        let recorded = lock(&self.state).has_instance(key);
         let undone: Result<Option<String>, EngineError> = if recorded {
             // Saved before the crash: the record is the truth, the intent is stale.
             Ok(None)

@@ -121,7 +121,13 @@ fn reconcile_removes_an_mdev_whose_create_was_never_acknowledged_and_clears_the_
     let sim = SimHost::builtin("samples").unwrap();
     let dir = tempfile::tempdir().unwrap();
     create_on_host(&sim, "mtty", "mtty-1", UUID_A);
-    crashed_state(dir.path(), &[(UUID_A, Intent::mdev("mtty", "mtty-1"))]);
+    crashed_state(
+        dir.path(),
+        &[(
+            UUID_A,
+            Intent::mdev("mtty".parse().unwrap(), "mtty-1".parse().unwrap()),
+        )],
+    );
     let engine = open(&sim, dir.path(), config());
     let report = engine.reconcile().unwrap();
     assert_eq!(undone(&report), [UUID_A], "{report:?}");
@@ -142,7 +148,13 @@ fn an_intent_whose_write_never_happened_is_cleared_and_nothing_else_is_touched()
     let dir = tempfile::tempdir().unwrap();
     // Someone else's mdev, no intent: the rule "never touch what we did not create" stands.
     create_on_host(&sim, "mbochs", "mbochs-small", UUID_B);
-    crashed_state(dir.path(), &[(UUID_A, Intent::mdev("mtty", "mtty-1"))]);
+    crashed_state(
+        dir.path(),
+        &[(
+            UUID_A,
+            Intent::mdev("mtty".parse().unwrap(), "mtty-1".parse().unwrap()),
+        )],
+    );
     let engine = open(&sim, dir.path(), config());
     let report = engine.reconcile().unwrap();
     assert!(undone(&report).is_empty(), "{report:?}");
@@ -175,7 +187,13 @@ fn reconcile_unbinds_a_vf_whose_bind_was_never_acknowledged() {
     .unwrap();
     state.intents.insert(
         UUID_A.into(),
-        Intent::vf(InstanceKind::Vf, NVME, lifecycle::VFIO_PCI, vf, None),
+        Intent::vf(
+            InstanceKind::Vf,
+            NVME.parse().unwrap(),
+            TypeId::vfio_pci(),
+            vf,
+            None,
+        ),
     );
     state::save(
         &DiskFiles::new(dir.path()),

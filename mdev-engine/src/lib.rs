@@ -35,6 +35,7 @@ mod profile_queries;
 mod profiles;
 mod queries;
 mod readiness;
+mod record_names;
 mod records;
 mod remove;
 mod sriov;
@@ -50,6 +51,7 @@ pub mod mdevctl_mirror;
 pub mod reconcile;
 pub mod schedule;
 pub mod state;
+mod state_migration;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, RwLock};
@@ -66,7 +68,9 @@ pub use self::types::{
     ReconcileAction, ReconcileReport, ReleaseReport,
 };
 pub use crate::reconcile::Reconciled;
-pub use crate::state::{Claim, DiskFiles, InstanceKind, Owner, Scheduling, StateFiles};
+pub use crate::state::{
+    Claim, DiskFiles, InstanceKind, Owner, ParentName, Scheduling, StateFiles, TypeId,
+};
 pub use mdev_host::discovery::names::{NameError, PciAddress};
 pub use mdev_host::discovery::{
     Inventory, MdevDevice, MdevParent, MdevType, NvidiaVfState, SriovPf, VirtualFunction,
@@ -208,8 +212,7 @@ impl Engine {
 
     pub(crate) fn record(&self, key: &str) -> Result<InstanceRecord, EngineError> {
         lock(&self.state)
-            .instances
-            .get(key)
+            .instance(key)
             .cloned()
             .ok_or_else(|| EngineError::UnknownInstance {
                 uuid: key.to_owned(),
@@ -221,7 +224,7 @@ impl Engine {
 fn missing_vf(record: &InstanceRecord) -> EngineError {
     EngineError::InvalidArgument {
         what: "instance record",
-        value: record.uuid.clone(),
+        value: record.uuid.to_string(),
         reason: format!("a {} instance without a VF address", record.kind),
     }
 }
@@ -231,7 +234,7 @@ pub(crate) fn claimed(uuid: &str, claim: &Claim) -> EngineError {
     EngineError::Claimed {
         uuid: uuid.to_owned(),
         domain_name: claim.domain_name.clone(),
-        domain_uuid: claim.domain_uuid.clone(),
+        domain_uuid: claim.domain_uuid.to_string(),
     }
 }
 

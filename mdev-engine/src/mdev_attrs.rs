@@ -19,6 +19,7 @@ use super::create::Reservation;
 use super::{
     Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind, InstanceRecord, Owner, Scheduling,
 };
+use crate::state::{ParentName, TypeId};
 use mdev_host::discovery::{layout, names};
 
 /// What [`Engine::define_mdev`] records.
@@ -58,8 +59,7 @@ impl Engine {
         let _held = self.instance_locks.hold(&key);
         let record = self.update_state(|state| {
             let record = state
-                .instances
-                .get_mut(&key)
+                .instance_mut(&key)
                 .ok_or_else(|| EngineError::UnknownInstance { uuid: key.clone() })?;
             if record.kind != InstanceKind::Mdev {
                 return Err(EngineError::NotSupported {
@@ -89,7 +89,7 @@ impl Engine {
             .instances
             .values()
             .filter(|record| !record.attributes.is_empty())
-            .map(|record| (record.uuid.clone(), record.attributes.clone()))
+            .map(|record| (record.uuid.to_string(), record.attributes.clone()))
             .collect()
     }
 
@@ -100,8 +100,8 @@ impl Engine {
             None => uuid::Uuid::new_v4(),
         };
         let key = uuid.to_string();
-        names::check_sysfs_name("parent", &definition.parent)?;
-        names::check_sysfs_name("mdev type", &definition.type_id)?;
+        let parent = ParentName::new(&definition.parent)?;
+        let type_id = TypeId::new(&definition.type_id)?;
         check_attributes(&definition.attributes)?;
         if !self.fs().is_dir(&layout::mdev_parent(&definition.parent)) {
             return Err(EngineError::UnknownParent {
@@ -120,7 +120,7 @@ impl Engine {
         let _reservation = {
             let state = super::lock(&self.state);
             let mut reserved = super::lock(&self.reserved);
-            if state.instances.contains_key(&key) || !reserved.insert(key.clone()) {
+            if state.has_instance(&key) || !reserved.insert(key.clone()) {
                 return Err(EngineError::AlreadyExists { uuid: key });
             }
             Reservation {
@@ -132,10 +132,10 @@ impl Engine {
             return Err(EngineError::AlreadyExists { uuid: key });
         }
         let record = InstanceRecord {
-            uuid: key.clone(),
+            uuid: crate::record_names::record_uuid(&uuid),
             kind: InstanceKind::Mdev,
-            parent: definition.parent,
-            type_id: definition.type_id,
+            parent,
+            type_id,
             profile: None,
             owner: Owner::CreatedByUs,
             autostart: definition.autostart,
@@ -148,11 +148,11 @@ impl Engine {
             force: false,
         };
         self.update_state(|state| {
-            state.instances.insert(key.clone(), record.clone());
+            state.insert_instance(record.clone());
         })?;
         self.emit(EngineEvent::InstanceAdded { uuid: key });
         self.emit(EngineEvent::ParentChanged {
-            parent: record.parent.clone(),
+            parent: record.parent.to_string(),
         });
         Ok(self.info_of(&record))
     }

@@ -78,7 +78,7 @@ impl Engine {
             .values()
             .filter(|record| record.persistent && record.kind == InstanceKind::Mdev)
             .map(|record| {
-                let path = self.mirror_path(&record.parent, &record.uuid);
+                let path = self.mirror_path(&record.parent, &record.uuid.to_string());
                 let text = definition_text(&record.type_id, record.autostart, &record.attributes);
                 (path.display().to_string(), text)
             })

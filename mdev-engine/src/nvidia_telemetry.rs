@@ -140,9 +140,9 @@ pub fn match_records(gpus: &[VgpuQueryGpu], instances: &[InstanceInfo]) -> Vec<V
                 let mut held = instances.iter().filter(|i| {
                     i.parent == address
                         && !taken.contains(&i.uuid.as_str())
-                        && i.claim
-                            .as_ref()
-                            .is_some_and(|claim| claim.domain_uuid.eq_ignore_ascii_case(vm))
+                        && i.claim.as_ref().is_some_and(|claim| {
+                            claim.domain_uuid.to_string().eq_ignore_ascii_case(vm)
+                        })
                 });
                 match (held.next(), held.next()) {
                     (Some(only), None) => Some(only.uuid.as_str()),

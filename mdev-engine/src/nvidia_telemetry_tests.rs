@@ -155,7 +155,7 @@ fn sriov_records_match_the_instance_their_vm_holds() {
         autostart: false,
         claim: Some(Claim {
             domain_name: "vm".into(),
-            domain_uuid: domain.into(),
+            domain_uuid: domain.parse().unwrap(),
             transient: false,
             started_by_claim: false,
         }),

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{lock, Engine, EngineError, InstanceKind, OperationContext};
 use crate::lifecycle::VFIO_PCI;
-use crate::state::InstanceRecord;
+use crate::state::{InstanceRecord, TypeId, Uuid};
 use mdev_host::discovery::{self, layout, names::PciAddress, PciFunction};
 
 /// PCI class code (base class and subclass) of a PCI-to-PCI bridge. The kernel lets bridges
@@ -258,7 +258,8 @@ impl Engine {
 
     /// The group binding of a pass-through instance, while it has one.
     pub fn passthrough_binding(&self, uuid: &str) -> Option<GroupBinding> {
-        lock(&self.state).passthrough.get(uuid).cloned()
+        let uuid = Uuid::parse(uuid).ok()?;
+        lock(&self.state).passthrough.get(&uuid).cloned()
     }
 
     fn survey_group(&self, gpu: PciAddress) -> Result<GroupSurvey, EngineError> {
@@ -315,19 +316,20 @@ impl Engine {
     }
 
     /// Refuses a GPU that carries vGPU instances or VFs, or that another pass-through holds.
-    fn check_gpu_unshared(&self, gpu: PciAddress, uuid: &str) -> Result<(), EngineError> {
+    /// `uuid` is the instance asking (its own record does not count), if it has one yet.
+    fn check_gpu_unshared(&self, gpu: PciAddress, uuid: Option<Uuid>) -> Result<(), EngineError> {
         let gpu_name = gpu.to_string();
         {
             let state = lock(&self.state);
             if let Some(other) = state
                 .instances
                 .values()
-                .find(|r| r.uuid != uuid && (r.parent == gpu_name || r.vf == Some(gpu)))
+                .find(|r| Some(r.uuid) != uuid && (r.parent == gpu_name || r.vf == Some(gpu)))
             {
                 return Err(if other.kind == InstanceKind::Passthrough {
                     PassthroughError::AlreadyPassedThrough {
                         gpu,
-                        uuid: other.uuid.clone(),
+                        uuid: other.uuid.to_string(),
                     }
                 } else {
                     PassthroughError::GpuShared {
@@ -374,7 +376,7 @@ impl Engine {
         gpu: PciAddress,
         force: bool,
     ) -> Result<(), EngineError> {
-        self.check_gpu_unshared(gpu, &record.uuid)?;
+        self.check_gpu_unshared(gpu, Some(record.uuid))?;
         let survey = self.survey_group(gpu)?;
         let group = survey.iommu_group;
         let mut members = Vec::new();
@@ -414,8 +416,8 @@ impl Engine {
         // function, never the other way round.
         members.sort_by_key(|m| (m.address == gpu, m.address));
         record.kind = InstanceKind::Passthrough;
-        record.parent = gpu.to_string();
-        record.type_id = VFIO_PCI.to_owned();
+        record.parent = gpu.into();
+        record.type_id = TypeId::vfio_pci();
         record.vf = Some(gpu);
         record.previous_driver = members
             .iter()
@@ -430,10 +432,8 @@ impl Engine {
         };
         // Intent first: a crash from here on is rolled back by reconcile.
         self.update_state(|state| {
-            state.instances.insert(record.uuid.clone(), record.clone());
-            state
-                .passthrough
-                .insert(record.uuid.clone(), binding.clone());
+            state.insert_instance(record.clone());
+            state.passthrough.insert(record.uuid, binding.clone());
         })?;
         for (index, member) in binding.members.iter().enumerate() {
             if member.previous_driver.as_deref() == Some(VFIO_PCI) {
@@ -444,7 +444,7 @@ impl Engine {
                 .and_then(|()| self.host.bind_vfio(member.address).map(drop));
             if let Err(error) = bound {
                 let rollback_failures = self.return_members(&binding.members[..index]);
-                self.forget_binding(&record.uuid, rollback_failures.is_empty(), true);
+                self.forget_binding(record.uuid, rollback_failures.is_empty(), true);
                 return Err(PassthroughError::BindFailed {
                     gpu,
                     group,
@@ -457,13 +457,11 @@ impl Engine {
         }
         binding.phase = BindPhase::Bound;
         let saved = self.update_state(|state| {
-            state
-                .passthrough
-                .insert(record.uuid.clone(), binding.clone());
+            state.passthrough.insert(record.uuid, binding.clone());
         });
         if let Err(error) = saved {
             let rollback_failures = self.return_members(&binding.members);
-            self.forget_binding(&record.uuid, rollback_failures.is_empty(), true);
+            self.forget_binding(record.uuid, rollback_failures.is_empty(), true);
             return Err(EngineError::Batch {
                 step: format!("recording pass-through {} of GPU {gpu}", record.uuid),
                 source: Box::new(error),
@@ -488,9 +486,7 @@ impl Engine {
         }
         binding.phase = BindPhase::Releasing;
         self.update_state(|state| {
-            state
-                .passthrough
-                .insert(record.uuid.clone(), binding.clone());
+            state.passthrough.insert(record.uuid, binding.clone());
         })?;
         let mut failures = Vec::new();
         let mut first = None;
@@ -566,13 +562,13 @@ impl Engine {
     /// Drops a binding (when its members are back) and, for a transient instance whose bind
     /// failed, the instance record too. A failed save is logged: reconcile retries from the
     /// state on disk, which still says `Binding`.
-    fn forget_binding(&self, uuid: &str, members_returned: bool, drop_transient: bool) {
+    fn forget_binding(&self, uuid: Uuid, members_returned: bool, drop_transient: bool) {
         let saved = self.update_state(|state| {
             if members_returned {
-                state.passthrough.remove(uuid);
+                state.passthrough.remove(&uuid);
             }
-            if drop_transient && state.instances.get(uuid).is_some_and(|r| !r.persistent) {
-                state.instances.remove(uuid);
+            if drop_transient && state.instance(&uuid).is_some_and(|r| !r.persistent) {
+                state.remove_instance(&uuid);
             }
         });
         if let Err(error) = saved {
@@ -584,13 +580,13 @@ impl Engine {
     /// whose group is no longer wholly on `vfio-pci`, or whose instance is gone, is returned to
     /// the original drivers. The ordinary pass then forgets or restarts the instance.
     pub(crate) fn reconcile_passthrough(&self) {
-        let bindings: Vec<(String, GroupBinding)> = lock(&self.state)
+        let bindings: Vec<(Uuid, GroupBinding)> = lock(&self.state)
             .passthrough
             .iter()
-            .map(|(uuid, binding)| (uuid.clone(), binding.clone()))
+            .map(|(uuid, binding)| (*uuid, binding.clone()))
             .collect();
         for (uuid, binding) in bindings {
-            let known = lock(&self.state).instances.contains_key(&uuid);
+            let known = lock(&self.state).has_instance(&uuid);
             if known && binding.phase == BindPhase::Bound && self.all_on_vfio(&binding) {
                 continue;
             }
@@ -605,7 +601,7 @@ impl Engine {
                     phase = ?binding.phase,
                     "pass-through group returned to its drivers"
                 );
-                self.forget_binding(&uuid, true, false);
+                self.forget_binding(uuid, true, false);
             } else {
                 tracing::warn!(
                     target: "reconcile",
@@ -625,7 +621,7 @@ impl Engine {
             .instances
             .values()
             .find(|r| r.kind == InstanceKind::Passthrough && r.vf == Some(address))
-            .map(|r| r.uuid.clone())
+            .map(|r| r.uuid.to_string())
     }
 
     /// Resolves a `passthrough` profile to a free matching device: display class unless the
@@ -666,7 +662,7 @@ impl Engine {
             }
         }
         for gpu in candidates {
-            if self.check_gpu_unshared(gpu, "").is_ok() {
+            if self.check_gpu_unshared(gpu, None).is_ok() {
                 return Ok(Some(super::CreateTarget::Passthrough {
                     gpu: gpu.to_string(),
                     force: false,

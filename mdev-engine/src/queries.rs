@@ -8,15 +8,13 @@ use super::{
     lock, Engine, EngineError, InstanceInfo, InstanceKind, Inventory, MdevDevice, Scheduling,
 };
 use crate::lifecycle;
-use crate::state::InstanceRecord;
+use crate::record_names::host_uuid;
+use crate::state::{InstanceRecord, Uuid};
 use mdev_host::discovery::{self, layout, names};
 
-/// The sysfs device path of an mdev record (the devices directory itself when its UUID does
-/// not parse).
+/// The sysfs device path of an mdev record.
 fn mdev_sysfs_path(record: &InstanceRecord) -> PathBuf {
-    names::parse_uuid(&record.uuid)
-        .map(|uuid| layout::mdev_device(&uuid))
-        .unwrap_or_else(|_| Path::new(layout::MDEV_DEVICES).to_owned())
+    layout::mdev_device(&host_uuid(&record.uuid))
 }
 
 /// An mdev on the host the engine has no record of (`owner: None`).
@@ -56,10 +54,10 @@ impl Engine {
     /// instead of a second read of the host.
     pub fn instances_in(&self, inventory: &Inventory) -> Vec<InstanceInfo> {
         let records: Vec<InstanceRecord> = lock(&self.state).instances.values().cloned().collect();
-        let present: HashMap<&str, &MdevDevice> = inventory
+        let present: HashMap<Uuid, &MdevDevice> = inventory
             .mdevs
             .iter()
-            .map(|mdev| (mdev.uuid.as_str(), mdev))
+            .filter_map(|mdev| Some((Uuid::parse(&mdev.uuid).ok()?, mdev)))
             .collect();
         let mut infos: Vec<InstanceInfo> = records
             .iter()
@@ -67,7 +65,7 @@ impl Engine {
                 // The discovery lists exactly the mdevs whose device directory exists (what
                 // `is_active` checks) with the group link `info_of` would read.
                 InstanceKind::Mdev => {
-                    let found = present.get(record.uuid.as_str());
+                    let found = present.get(&record.uuid);
                     self.info_from(
                         record,
                         found.is_some(),
@@ -78,9 +76,9 @@ impl Engine {
                 _ => self.info_of(record),
             })
             .collect();
-        let known: HashSet<&str> = records.iter().map(|r| r.uuid.as_str()).collect();
+        let known: HashSet<Uuid> = records.iter().map(|r| r.uuid).collect();
         for mdev in &inventory.mdevs {
-            if !known.contains(mdev.uuid.as_str()) {
+            if Uuid::parse(&mdev.uuid).map_or(true, |uuid| !known.contains(&uuid)) {
                 infos.push(unmanaged_info(mdev));
             }
         }
@@ -92,7 +90,7 @@ impl Engine {
     pub fn instance(&self, uuid: &str) -> Result<InstanceInfo, EngineError> {
         let uuid = names::parse_uuid(uuid)?;
         let key = uuid.to_string();
-        if let Some(record) = lock(&self.state).instances.get(&key).cloned() {
+        if let Some(record) = lock(&self.state).instance(&key).cloned() {
             return Ok(self.info_of(&record));
         }
         discovery::read_mdev(self.fs(), &uuid)
@@ -103,8 +101,7 @@ impl Engine {
     /// Whether a record's device exists on the host now.
     pub(crate) fn is_active(&self, record: &InstanceRecord) -> bool {
         match record.kind {
-            InstanceKind::Mdev => names::parse_uuid(&record.uuid)
-                .is_ok_and(|uuid| self.fs().exists(&layout::mdev_device(&uuid))),
+            InstanceKind::Mdev => self.fs().exists(&mdev_sysfs_path(record)),
             InstanceKind::Vf => record.vf.is_some_and(|vf| {
                 discovery::link_target_name(self.fs(), &layout::pci_device(&vf).join("driver"))
                     .as_deref()
@@ -149,11 +146,11 @@ impl Engine {
         sysfs_path: PathBuf,
     ) -> InstanceInfo {
         InstanceInfo {
-            uuid: record.uuid.clone(),
+            uuid: record.uuid.to_string(),
             kind: record.kind,
-            parent: record.parent.clone(),
-            type_id: record.type_id.clone(),
-            profile: record.profile.clone(),
+            parent: record.parent.to_string(),
+            type_id: record.type_id.to_string(),
+            profile: record.profile.as_ref().map(ToString::to_string),
             owner: Some(record.owner),
             active,
             persistent: record.persistent,

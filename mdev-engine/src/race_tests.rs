@@ -57,7 +57,7 @@ fn assert_nothing_unmanaged(engine: &Engine, sim: &SimHost, round: usize) {
     let state = lock(&engine.state);
     for uuid in sim.mdev_uuids() {
         assert!(
-            state.instances.contains_key(&uuid),
+            state.has_instance(&uuid),
             "round {round}: mdev {uuid} is on the host but not managed"
         );
     }
@@ -113,7 +113,11 @@ fn concurrent_claims_of_one_instance_by_different_domains_let_exactly_one_win() 
             assert!(error.to_string().contains(&uuid), "{error}");
         }
         // The stored holder is the one winner, and the device is on the host.
-        let holder = engine.instance(&uuid).unwrap().claim.map(|c| c.domain_uuid);
+        let holder = engine
+            .instance(&uuid)
+            .unwrap()
+            .claim
+            .map(|c| c.domain_uuid.to_string());
         assert_eq!(holder, Some(domain_of(winners[0]).uuid), "round {round}");
         assert!(
             sim.mdev_uuids().contains(&uuid),
@@ -180,7 +184,10 @@ fn a_claim_racing_a_destroy_never_both_succeed_and_leave_nothing_unmanaged() {
                 assert_eq!(error.kind(), ErrorKind::InUse, "round {round}: {error}");
                 assert!(on_host, "round {round}: claimed, yet not on the host");
                 let claim = engine.instance(&uuid).unwrap().claim;
-                assert_eq!(claim.map(|c| c.domain_uuid), Some(domain.uuid.clone()));
+                assert_eq!(
+                    claim.map(|c| c.domain_uuid.to_string()),
+                    Some(domain.uuid.clone())
+                );
             }
             (Err(d), Err(c)) => panic!("round {round}: both failed: destroy {d}; claim {c}"),
         }

@@ -25,7 +25,8 @@ pub struct Reconciled {
     /// reflected in `inventory` and the state.
     pub generation: u64,
 }
-use crate::state::{InstanceRecord, PENDING_RELEASES_DIR};
+use crate::record_names::host_uuid;
+use crate::state::{InstanceRecord, Uuid, PENDING_RELEASES_DIR};
 
 /// At most this many parents get their autostart instances started at once by a reconcile.
 const RECONCILE_WORKERS: usize = 4;
@@ -50,9 +51,9 @@ impl Engine {
         self.reconcile_instances(&mut report)?;
         let generation = self.event_generation();
         let inventory = discovery::discover(self.fs())?;
-        let known: HashSet<String> = lock(&self.state).instances.keys().cloned().collect();
+        let known: HashSet<Uuid> = lock(&self.state).instances.keys().copied().collect();
         for mdev in &inventory.mdevs {
-            if !known.contains(&mdev.uuid) {
+            if Uuid::parse(&mdev.uuid).map_or(true, |uuid| !known.contains(&uuid)) {
                 report.actions.push(ReconcileAction::Unknown {
                     id: mdev.uuid.clone(),
                     parent: mdev.parent.clone(),
@@ -74,13 +75,13 @@ impl Engine {
     /// its final save): what a create made is removed (the batch never reported success), and
     /// a destroy is completed. Each is reported as vanished and forgotten.
     fn finish_interrupted_batches(&self, report: &mut ReconcileReport) -> Result<(), EngineError> {
-        let interrupted: Vec<String> = {
+        let interrupted: Vec<Uuid> = {
             let state = lock(&self.state);
             state
                 .pending_creates
                 .iter()
                 .chain(&state.pending_destroys)
-                .cloned()
+                .copied()
                 .collect()
         };
         if interrupted.is_empty() {
@@ -88,11 +89,8 @@ impl Engine {
         }
         let mut finished = Vec::new();
         for key in &interrupted {
-            let Ok(uuid) = names::parse_uuid(key) else {
-                finished.push(key.clone());
-                continue;
-            };
-            let record = lock(&self.state).instances.get(key).cloned();
+            let uuid = host_uuid(key);
+            let record = lock(&self.state).instance(key).cloned();
             let removed = match &record {
                 Some(record) => {
                     let parent_lock = self.parent_lock(&record.parent);
@@ -111,28 +109,30 @@ impl Engine {
             };
             match removed {
                 Ok(()) => {
-                    finished.push(key.clone());
+                    finished.push(*key);
                     report.actions.push(ReconcileAction::Vanished {
-                        uuid: key.clone(),
+                        uuid: key.to_string(),
                         forgotten: true,
                     });
                 }
                 // Kept pending: the next pass tries again.
                 Err(error) => report.actions.push(ReconcileAction::RecreateFailed {
-                    uuid: key.clone(),
+                    uuid: key.to_string(),
                     error: format!("finishing an interrupted batch: {error}"),
                 }),
             }
         }
         self.update_state(|state| {
             for key in &finished {
-                state.instances.remove(key);
+                state.remove_instance(key);
                 state.pending_creates.remove(key);
                 state.pending_destroys.remove(key);
             }
         })?;
         for key in finished {
-            self.emit(EngineEvent::InstanceRemoved { uuid: key });
+            self.emit(EngineEvent::InstanceRemoved {
+                uuid: key.to_string(),
+            });
         }
         Ok(())
     }
@@ -203,7 +203,7 @@ impl Engine {
         let wanted: Vec<(String, u32)> = lock(&self.state)
             .parents
             .iter()
-            .filter_map(|(name, parent)| Some((name.clone(), parent.num_vfs?)))
+            .filter_map(|(name, parent)| Some((name.to_string(), parent.num_vfs?)))
             .collect();
         for (pf, num_vfs) in wanted {
             let result = self.restore_vf_count(&pf, num_vfs);
@@ -261,7 +261,7 @@ impl Engine {
         let records: Vec<InstanceRecord> = lock(&self.state).instances.values().cloned().collect();
         // Records of instances gone while we were not looking, saved once after the loop (a
         // crash before that save only means the next pass finds them gone again).
-        let mut vanished: Vec<(String, bool)> = Vec::new();
+        let mut vanished: Vec<(Uuid, bool)> = Vec::new();
         // What each record's pass did, in record order (the report keeps that order).
         let mut actions: Vec<Option<ReconcileAction>> = Vec::with_capacity(records.len());
         // Autostart records to start, by parent: indexes into `records`, in record order.
@@ -277,16 +277,16 @@ impl Engine {
                     .find(|(parent, _)| *parent == record.parent)
                 {
                     Some((_, indexes)) => indexes.push(index),
-                    None => to_start.push((&record.parent, vec![index])),
+                    None => to_start.push((record.parent.as_str(), vec![index])),
                 }
                 continue;
             }
             // Gone while we were not looking. A transient instance (and any claim on it) is
             // forgotten; a persistent one stays defined, unclaimed.
             let forgotten = !record.persistent;
-            vanished.push((record.uuid.clone(), forgotten));
+            vanished.push((record.uuid, forgotten));
             actions[index] = Some(ReconcileAction::Vanished {
-                uuid: record.uuid.clone(),
+                uuid: record.uuid.to_string(),
                 forgotten,
             });
         }
@@ -298,14 +298,15 @@ impl Engine {
             self.update_state(|state| {
                 for (uuid, forgotten) in &vanished {
                     if *forgotten {
-                        state.instances.remove(uuid);
-                    } else if let Some(kept) = state.instances.get_mut(uuid) {
+                        state.remove_instance(uuid);
+                    } else if let Some(kept) = state.instance_mut(uuid) {
                         kept.claim = None;
                     }
                 }
             })?;
         }
         for (uuid, forgotten) in vanished {
+            let uuid = uuid.to_string();
             self.emit(if forgotten {
                 EngineEvent::InstanceRemoved { uuid }
             } else {
@@ -334,7 +335,7 @@ impl Engine {
                     done.push((
                         index,
                         ReconcileAction::RecreateFailed {
-                            uuid: record.uuid.clone(),
+                            uuid: record.uuid.to_string(),
                             error: error.clone(),
                         },
                     ));
@@ -344,19 +345,19 @@ impl Engine {
                 let action = match self.start_inactive_record(&OperationContext::default(), record)
                 {
                     Ok(_) => ReconcileAction::Recreated {
-                        uuid: record.uuid.clone(),
+                        uuid: record.uuid.to_string(),
                     },
                     // Started meanwhile by a concurrent call (a `Start` during a reconcile the
                     // API asked for): what a check made now would have found, as before.
                     Err(_) if self.is_active(record) => ReconcileAction::Recreated {
-                        uuid: record.uuid.clone(),
+                        uuid: record.uuid.to_string(),
                     },
                     Err(error) => {
                         if matches!(error, EngineError::ParentNotReady { .. }) {
                             not_ready = Some(error.to_string());
                         }
                         ReconcileAction::RecreateFailed {
-                            uuid: record.uuid.clone(),
+                            uuid: record.uuid.to_string(),
                             error: error.to_string(),
                         }
                     }
@@ -451,7 +452,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let engine = open(&sim, dir.path());
         let uuid = engine.create(autostart("mtty", "mtty-1")).unwrap().uuid;
-        let record = lock(&engine.state).instances.get(&uuid).cloned().unwrap();
+        let record = lock(&engine.state).instance(&uuid).cloned().unwrap();
         // As if the pass had found it inactive: the device exists when the start runs.
         let done = engine.start_by_parent(std::slice::from_ref(&record), &[("mtty", vec![0])]);
         assert_eq!(done.len(), 1);
@@ -553,7 +554,11 @@ mod tests {
         sim.reboot();
         sim.unload_module("mtty").unwrap();
         let engine = open(&sim, dir.path());
-        let order: Vec<String> = lock(&engine.state).instances.keys().cloned().collect();
+        let order: Vec<String> = lock(&engine.state)
+            .instances
+            .keys()
+            .map(ToString::to_string)
+            .collect();
         let report = engine.reconcile().unwrap();
         let reported: Vec<&str> = report
             .actions

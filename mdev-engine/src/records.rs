@@ -7,7 +7,7 @@ use super::{
     lock, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind, Owner, PciAddress,
     Scheduling,
 };
-use crate::state::InstanceRecord;
+use crate::state::{InstanceRecord, ParentName, TypeId};
 use mdev_host::discovery::{self, layout, names};
 
 impl Engine {
@@ -16,16 +16,16 @@ impl Engine {
         let uuid = names::parse_uuid(uuid)?;
         let key = uuid.to_string();
         let _held = self.instance_locks.hold(&key);
-        if let Some(record) = lock(&self.state).instances.get(&key).cloned() {
+        if let Some(record) = lock(&self.state).instance(&key).cloned() {
             return Ok(self.info_of(&record));
         }
         let mdev = discovery::read_mdev(self.fs(), &uuid)
             .ok_or(EngineError::UnknownInstance { uuid: key.clone() })?;
         let record = InstanceRecord {
-            uuid: key.clone(),
+            uuid: crate::record_names::record_uuid(&uuid),
             kind: InstanceKind::Mdev,
-            parent: mdev.parent,
-            type_id: mdev.type_id,
+            parent: ParentName::new(&mdev.parent)?,
+            type_id: TypeId::new(&mdev.type_id)?,
             profile: None,
             owner: Owner::Adopted,
             autostart: false,
@@ -38,7 +38,7 @@ impl Engine {
             force: false,
         };
         self.update_state(|state| {
-            state.instances.insert(key.clone(), record.clone());
+            state.insert_instance(record.clone());
         })?;
         self.emit(EngineEvent::InstanceChanged { uuid: key });
         Ok(self.info_of(&record))
@@ -75,7 +75,7 @@ impl Engine {
         let key = names::parse_uuid(uuid)?.to_string();
         let _held = self.instance_locks.hold(&key);
         let record = self.update_state(|state| {
-            state.instances.get_mut(&key).map(|record| {
+            state.instance_mut(&key).map(|record| {
                 change(record);
                 record.clone()
             })
@@ -99,22 +99,22 @@ impl Engine {
         parent: &str,
         schedule: serde_json::Value,
     ) -> Result<(), EngineError> {
-        names::check_sysfs_name("parent", parent)?;
+        let name = ParentName::new(parent)?;
         let known = self.fs().exists(&layout::mdev_parent(parent))
             || parent
                 .parse::<PciAddress>()
                 .is_ok_and(|a| self.fs().exists(&layout::pci_device(&a)))
-            || lock(&self.state).parents.contains_key(parent);
+            || lock(&self.state).parents.contains_key(name.as_str());
         if !known {
             return Err(EngineError::UnknownParent {
                 parent: parent.to_owned(),
             });
         }
         self.update_state(|state| {
-            state.parents.entry(parent.to_owned()).or_default().schedule = Some(schedule);
+            state.parents.entry(name.clone()).or_default().schedule = Some(schedule);
         })?;
         self.emit(EngineEvent::ParentChanged {
-            parent: parent.to_owned(),
+            parent: name.to_string(),
         });
         Ok(())
     }

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use super::{
     claimed, lock, missing_vf, DestroyOptions, Engine, EngineError, EngineEvent, InstanceKind,
 };
-use crate::state::InstanceRecord;
+use crate::record_names::host_uuid;
+use crate::state::{InstanceRecord, Uuid};
 use mdev_host::discovery::{self, layout, names};
 
 impl Engine {
@@ -42,7 +43,7 @@ impl Engine {
         for key in &keys {
             let uuid = names::parse_uuid(key)?;
             let key = key.clone();
-            match lock(&self.state).instances.get(&key) {
+            match lock(&self.state).instance(&key) {
                 Some(record) => {
                     if let (Some(claim), false) = (&record.claim, options.force) {
                         return Err(claimed(&key, claim));
@@ -57,23 +58,28 @@ impl Engine {
             }
         }
         if any_persistent {
-            self.update_state(|state| state.pending_destroys.extend(keys.iter().cloned()))?;
+            self.update_state(|state| {
+                state
+                    .pending_destroys
+                    .extend(keys.iter().filter_map(|key| Uuid::parse(key).ok()))
+            })?;
         }
         let mut outcome = Ok(());
         for (index, key) in keys.iter().enumerate() {
-            let record = lock(&self.state).instances.get(key).cloned();
+            let record = lock(&self.state).instance(key).cloned();
             let removed = match &record {
                 Some(record) => {
                     let parent_lock = self.parent_lock(&record.parent);
                     let _serialized = lock(&parent_lock);
-                    self.remove_device(record).map(|()| record.parent.clone())
+                    self.remove_device(record)
+                        .map(|()| record.parent.to_string())
                 }
                 None => self.remove_unmanaged(key),
             };
             match removed {
                 Ok(parent) => {
                     // Forgotten in memory now, durably with the one save below.
-                    lock(&self.state).instances.remove(key);
+                    lock(&self.state).remove_instance(key);
                     if let Some(record) = &record {
                         self.after_vf_change(record, true);
                     }
@@ -99,8 +105,8 @@ impl Engine {
             }
         }
         self.update_state(|state| {
-            for key in &keys {
-                state.pending_destroys.remove(key);
+            for uuid in keys.iter().filter_map(|key| Uuid::parse(key).ok()) {
+                state.pending_destroys.remove(&uuid);
             }
         })?;
         outcome
@@ -136,10 +142,10 @@ impl Engine {
             self.remove_device(record)?;
         }
         self.update_state(|state| {
-            state.instances.remove(&record.uuid);
+            state.remove_instance(&record.uuid);
         })?;
         self.emit(EngineEvent::InstanceRemoved {
-            uuid: record.uuid.clone(),
+            uuid: record.uuid.to_string(),
         });
         self.emit_capacity_change(record);
         Ok(())
@@ -179,7 +185,7 @@ impl Engine {
         // Held from the claim check to forgetting the record: a claim waits, then finds the
         // instance gone (or finds it claimed first, and this removal is refused).
         let _held = self.instance_locks.hold(&key);
-        let Some(record) = lock(&self.state).instances.get(&key).cloned() else {
+        let Some(record) = lock(&self.state).instance(&key).cloned() else {
             // Not ours: only a forced removal touches it.
             let mdev = discovery::read_mdev(self.fs(), &uuid)
                 .ok_or(EngineError::UnknownInstance { uuid: key.clone() })?;
@@ -206,7 +212,7 @@ impl Engine {
         }
         if let Some(claim) = &record.claim {
             if !options.force {
-                return Err(claimed(&record.uuid, claim));
+                return Err(claimed(&key, claim));
             }
         }
         {
@@ -217,8 +223,8 @@ impl Engine {
         let forget = removal == Removal::Destroy || !record.persistent;
         self.update_state(|state| {
             if forget {
-                state.instances.remove(&key);
-            } else if let Some(kept) = state.instances.get_mut(&key) {
+                state.remove_instance(&key);
+            } else if let Some(kept) = state.instance_mut(&key) {
                 kept.claim = None;
             }
         })?;
@@ -236,7 +242,7 @@ impl Engine {
     pub(crate) fn remove_device(&self, record: &InstanceRecord) -> Result<(), EngineError> {
         match record.kind {
             InstanceKind::Mdev => {
-                let uuid = names::parse_uuid(&record.uuid)?;
+                let uuid = host_uuid(&record.uuid);
                 if self.fs().exists(&layout::mdev_device(&uuid)) {
                     self.host.remove_mdev(&uuid)?;
                 }

@@ -27,7 +27,7 @@ use vgpu_sched::{
     ModelError, ParentSchedule, Plan, Policy, Refusal, Share,
 };
 
-use crate::state::InstanceRecord;
+use crate::state::{InstanceRecord, ParentName, Uuid};
 use crate::ErrorKind;
 use crate::{lock, Engine, EngineError, EngineEvent, InstanceKind, Scheduling};
 use mdev_host::discovery::{Inventory, MdevParent, SriovPf};
@@ -320,8 +320,10 @@ impl Engine {
         status
             .instances
             .into_iter()
-            .find(|i| i.uuid == record.uuid)
-            .ok_or(ScheduleError::NotManaged { uuid: record.uuid })
+            .find(|i| i.uuid == record.uuid.to_string())
+            .ok_or(ScheduleError::NotManaged {
+                uuid: record.uuid.to_string(),
+            })
     }
 
     /// Sets an instance's weight (1..=10000), guarantee and cap (ppm, 0 = unset) after
@@ -339,9 +341,13 @@ impl Engine {
         // A destroy of the instance waits for this change, or this finds it gone.
         let _held = self.instance_locks.hold(&key);
         let record = self.managed_record(&key)?;
-        let candidate =
-            InstanceSchedule::from_raw(record.uuid.as_str(), weight, min_share_ppm, max_share_ppm)
-                .map_err(ScheduleError::Settings)?;
+        let candidate = InstanceSchedule::from_raw(
+            record.uuid.to_string(),
+            weight,
+            min_share_ppm,
+            max_share_ppm,
+        )
+        .map_err(ScheduleError::Settings)?;
         let parent_lock = self.parent_lock(&record.parent);
         let _serialized = lock(&parent_lock);
         let inventory = self.inventory()?;
@@ -360,7 +366,7 @@ impl Engine {
         let others: Vec<InstanceSchedule> = records
             .values()
             .filter(|r| r.parent == record.parent && r.uuid != record.uuid)
-            .filter_map(|r| instance_settings(&r.uuid, &r.scheduling).ok())
+            .filter_map(|r| instance_settings(&r.uuid.to_string(), &r.scheduling).ok())
             .collect();
         admit(&schedule, &others, &candidate).map_err(ScheduleError::Settings)?;
         let scheduling = Scheduling {
@@ -377,9 +383,9 @@ impl Engine {
             Some(view) => Some(self.evaluate(view, &schedule, &records)?),
             None => None,
         };
-        let key = record.uuid.clone();
+        let key = record.uuid.to_string();
         self.update_state(|state| {
-            if let Some(stored) = state.instances.get_mut(&key) {
+            if let Some(stored) = state.instance_mut(&key) {
                 stored.scheduling = scheduling;
             }
         })?;
@@ -387,7 +393,7 @@ impl Engine {
             if let Err(error) = self.apply_gim(&record.parent, evaluation) {
                 let previous = record.scheduling;
                 let _ = self.update_state(|state| {
-                    if let Some(stored) = state.instances.get_mut(&key) {
+                    if let Some(stored) = state.instance_mut(&key) {
                         stored.scheduling = previous;
                     }
                 });
@@ -400,7 +406,7 @@ impl Engine {
             .and_then(|e| e.status.instances.into_iter().find(|i| i.uuid == key))
             .unwrap_or(InstanceScheduleStatus {
                 uuid: key.clone(),
-                parent: record.parent.clone(),
+                parent: record.parent.to_string(),
                 settings: candidate,
                 stored: scheduling,
                 active: false,
@@ -420,8 +426,7 @@ impl Engine {
         parent: &str,
         change: ParentScheduleChange,
     ) -> Result<ParentScheduleStatus, ScheduleError> {
-        mdev_host::discovery::names::check_sysfs_name("parent", parent)
-            .map_err(EngineError::from)?;
+        let name = ParentName::new(parent).map_err(EngineError::from)?;
         let parent_lock = self.parent_lock(parent);
         let _serialized = lock(&parent_lock);
         let inventory = self.inventory()?;
@@ -449,7 +454,7 @@ impl Engine {
         let settings: Vec<InstanceSchedule> = records
             .values()
             .filter(|r| r.parent == parent)
-            .filter_map(|r| instance_settings(&r.uuid, &r.scheduling).ok())
+            .filter_map(|r| instance_settings(&r.uuid.to_string(), &r.scheduling).ok())
             .collect();
         vgpu_sched::check_parent(&requested, &settings).map_err(ScheduleError::Settings)?;
         if view.backend() == Backend::Nvidia {
@@ -469,7 +474,7 @@ impl Engine {
             .get(parent)
             .and_then(|p| p.schedule.clone());
         self.update_state(|state| {
-            state.parents.entry(parent.to_owned()).or_default().schedule = Some(value);
+            state.parents.entry(name.clone()).or_default().schedule = Some(value);
         })?;
         let applied = match view.backend() {
             Backend::Nvidia => self.write_nvidia_config(&views).map(Some),
@@ -481,7 +486,7 @@ impl Engine {
             Ok(None) => {}
             Err(error) => {
                 let _ = self.update_state(|state| {
-                    state.parents.entry(parent.to_owned()).or_default().schedule = previous;
+                    state.parents.entry(name.clone()).or_default().schedule = previous;
                 });
                 return Err(error);
             }
@@ -509,7 +514,7 @@ impl Engine {
             .parents
             .iter()
             .filter(|(_, p)| p.schedule.is_some())
-            .map(|(name, _)| name.clone())
+            .map(|(name, _)| name.to_string())
             .collect();
         if views
             .iter()
@@ -573,11 +578,12 @@ impl Engine {
             },
         };
         let candidate = instance_settings(uuid, scheduling).map_err(refused)?;
+        let own = Uuid::parse(uuid).ok();
         let others: Vec<InstanceSchedule> = lock(&self.state)
             .instances
             .values()
-            .filter(|r| r.parent == parent && r.uuid != uuid)
-            .filter_map(|r| instance_settings(&r.uuid, &r.scheduling).ok())
+            .filter(|r| r.parent == parent && Some(r.uuid) != own)
+            .filter_map(|r| instance_settings(&r.uuid.to_string(), &r.scheduling).ok())
             .collect();
         admit(&ParentSchedule::new(parent), &others, &candidate).map_err(refused)
     }
@@ -634,7 +640,7 @@ impl Engine {
         let key = mdev_host::discovery::names::parse_uuid(uuid)
             .map_err(EngineError::from)?
             .to_string();
-        if let Some(record) = lock(&self.state).instances.get(&key).cloned() {
+        if let Some(record) = lock(&self.state).instance(&key).cloned() {
             return Ok(record);
         }
         // Known to the host but not to us: say so rather than "not found".
@@ -644,7 +650,7 @@ impl Engine {
         }
     }
 
-    fn schedule_records(&self) -> BTreeMap<String, InstanceRecord> {
+    fn schedule_records(&self) -> BTreeMap<Uuid, InstanceRecord> {
         lock(&self.state).instances.clone()
     }
 
@@ -653,7 +659,7 @@ impl Engine {
     fn effective_parent_schedule(&self, view: &ParentView<'_>) -> (ParentSchedule, bool, String) {
         let stored = lock(&self.state)
             .parents
-            .get(&view.name)
+            .get(view.name.as_str())
             .and_then(|p| p.schedule.clone());
         let default = || {
             let schedule = ParentSchedule::new(view.name.as_str());
@@ -709,20 +715,22 @@ impl Engine {
         &self,
         view: &ParentView<'_>,
         schedule: &ParentSchedule,
-        records: &BTreeMap<String, InstanceRecord>,
+        records: &BTreeMap<Uuid, InstanceRecord>,
     ) -> Result<Evaluation, ScheduleError> {
         let backend = view.backend();
         let on_parent: Vec<&InstanceRecord> =
             records.values().filter(|r| r.parent == view.name).collect();
-        let mut settings_notes: BTreeMap<String, String> = BTreeMap::new();
-        let settings_of = |record: &InstanceRecord, notes: &mut BTreeMap<String, String>| {
-            instance_settings(&record.uuid, &record.scheduling).unwrap_or_else(|error| {
-                notes.insert(
-                    record.uuid.clone(),
-                    format!("stored settings are not valid ({error}); using the defaults"),
-                );
-                InstanceSchedule::new(record.uuid.as_str())
-            })
+        let mut settings_notes: BTreeMap<Uuid, String> = BTreeMap::new();
+        let settings_of = |record: &InstanceRecord, notes: &mut BTreeMap<Uuid, String>| {
+            instance_settings(&record.uuid.to_string(), &record.scheduling).unwrap_or_else(
+                |error| {
+                    notes.insert(
+                        record.uuid,
+                        format!("stored settings are not valid ({error}); using the defaults"),
+                    );
+                    InstanceSchedule::new(record.uuid.to_string())
+                },
+            )
         };
         let mut running: Vec<(&InstanceRecord, InstanceSchedule)> = Vec::new();
         let mut stopped: Vec<(&InstanceRecord, InstanceSchedule)> = Vec::new();
@@ -838,8 +846,10 @@ impl Engine {
         let mut instances: Vec<InstanceScheduleStatus> = running
             .iter()
             .map(|(record, settings)| {
-                let found = reports.iter().find(|(r, _)| r.id.0 == record.uuid);
-                let planned = plan.instance(&InstanceId::from(record.uuid.as_str()));
+                let found = reports
+                    .iter()
+                    .find(|(r, _)| r.id.0 == record.uuid.to_string());
+                let planned = plan.instance(&InstanceId::from(record.uuid.to_string()));
                 let (mut enforced, mut note, effective, slice) = match found {
                     Some((report, slice)) => (
                         report.enforced,
@@ -862,7 +872,7 @@ impl Engine {
                     note = join_notes(extra, &note);
                 }
                 InstanceScheduleStatus {
-                    uuid: record.uuid.clone(),
+                    uuid: record.uuid.to_string(),
                     parent: view.name.clone(),
                     settings: settings.clone(),
                     stored: record.scheduling,
@@ -877,7 +887,7 @@ impl Engine {
             .collect();
         instances.extend(stopped.iter().map(|(record, settings)| {
             InstanceScheduleStatus {
-                uuid: record.uuid.clone(),
+                uuid: record.uuid.to_string(),
                 parent: view.name.clone(),
                 settings: settings.clone(),
                 stored: record.scheduling,
@@ -1018,15 +1028,11 @@ impl Engine {
         notes.join("; ")
     }
 
-    fn emit_parent_schedule_changed(
-        &self,
-        parent: &str,
-        records: &BTreeMap<String, InstanceRecord>,
-    ) {
+    fn emit_parent_schedule_changed(&self, parent: &str, records: &BTreeMap<Uuid, InstanceRecord>) {
         // Every instance's effective share may move when one setting or the policy changes.
         for record in records.values().filter(|r| r.parent == parent) {
             self.emit(EngineEvent::InstanceChanged {
-                uuid: record.uuid.clone(),
+                uuid: record.uuid.to_string(),
             });
         }
         self.emit(EngineEvent::ParentChanged {

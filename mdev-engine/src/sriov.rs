@@ -56,40 +56,41 @@ impl Engine {
         // a non-zero count goes through 0, so the kernel made even the VFs that are enabled
         // again anew, unbound: then every record on the PF's VFs is lost.
         let recreated = current.is_some_and(|from| from > 0 && from != num_vfs);
-        let lost: Vec<(String, bool)> = lock(&self.state)
+        let lost: Vec<(crate::state::Uuid, bool)> = lock(&self.state)
             .instances
             .values()
             .filter(|r| r.parent == key && r.vf.is_some())
             .filter(|r| recreated || r.vf.is_some_and(|vf| !enabled.contains(&vf)))
-            .map(|r| (r.uuid.clone(), r.persistent))
+            .map(|r| (r.uuid, r.persistent))
             .collect();
         let (forgotten, stopped) = self.update_state(|state| {
-            state
-                .parents
-                .entry(address.to_string())
-                .or_default()
-                .num_vfs = (num_vfs > 0).then_some(num_vfs);
+            state.parents.entry(address.into()).or_default().num_vfs =
+                (num_vfs > 0).then_some(num_vfs);
             Self::intent_done(state, &key);
             let mut forgotten = Vec::new();
             let mut stopped = Vec::new();
             for (uuid, persistent) in lost {
                 if persistent {
-                    if let Some(record) = state.instances.get_mut(&uuid) {
+                    if let Some(record) = state.instance_mut(&uuid) {
                         record.claim = None;
                     }
                     stopped.push(uuid);
                 } else {
-                    state.instances.remove(&uuid);
+                    state.remove_instance(&uuid);
                     forgotten.push(uuid);
                 }
             }
             (forgotten, stopped)
         })?;
         for uuid in forgotten {
-            self.emit(EngineEvent::InstanceRemoved { uuid });
+            self.emit(EngineEvent::InstanceRemoved {
+                uuid: uuid.to_string(),
+            });
         }
         for uuid in stopped {
-            self.emit(EngineEvent::InstanceChanged { uuid });
+            self.emit(EngineEvent::InstanceChanged {
+                uuid: uuid.to_string(),
+            });
         }
         self.emit(EngineEvent::ParentChanged {
             parent: address.to_string(),
@@ -133,7 +134,7 @@ impl Engine {
                 return Err(EngineError::VfCarriesInstance {
                     pf: address.to_string(),
                     vf: record.vf.map(|vf| vf.to_string()).unwrap_or_default(),
-                    uuid: record.uuid.clone(),
+                    uuid: record.uuid.to_string(),
                 });
             }
         }
@@ -193,7 +194,7 @@ impl Engine {
                         .find(|r| r.vf == Some(wanted))
                         .map_or_else(
                             || "(bound to vfio-pci outside mdev-manager)".to_owned(),
-                            |r| r.uuid.clone(),
+                            |r| r.uuid.to_string(),
                         ),
                 });
             }
@@ -223,7 +224,7 @@ impl Engine {
         pf: PciAddress,
         type_id: u32,
         preferred: Option<PciAddress>,
-        starting: Option<&str>,
+        starting: Option<crate::state::Uuid>,
     ) -> Result<PciAddress, EngineError> {
         let sriov =
             discovery::read_sriov_pf(self.fs(), pf).ok_or_else(|| EngineError::NotSupported {
@@ -233,7 +234,7 @@ impl Engine {
         let taken: HashSet<PciAddress> = lock(&self.state)
             .instances
             .values()
-            .filter(|r| Some(r.uuid.as_str()) != starting)
+            .filter(|r| Some(r.uuid) != starting)
             .filter_map(|r| r.vf)
             .collect();
         let mut listed = false;

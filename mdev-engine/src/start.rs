@@ -5,6 +5,7 @@ use super::{
     lock, missing_vf, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind,
     OperationContext, PciAddress,
 };
+use crate::record_names::host_uuid;
 use crate::state::InstanceRecord;
 use mdev_host::discovery::{layout, names};
 
@@ -46,7 +47,7 @@ impl Engine {
         ctx: &OperationContext,
         record: &InstanceRecord,
     ) -> Result<InstanceRecord, EngineError> {
-        let uuid = names::parse_uuid(&record.uuid)?;
+        let uuid = host_uuid(&record.uuid);
         let parent_lock = self.parent_lock(&record.parent);
         let _serialized = lock(&parent_lock);
         let mut started = record.clone();
@@ -79,11 +80,11 @@ impl Engine {
                         .parse()
                         .map_err(|_| EngineError::InvalidArgument {
                             what: "NVIDIA vGPU type id",
-                            value: record.type_id.clone(),
+                            value: record.type_id.to_string(),
                             reason: "not a decimal number".into(),
                         })?;
                 self.wait_for_path(ctx, &record.parent, &layout::pci_device(&pf), None)?;
-                let vf = self.pick_nvidia_vf(pf, type_id, record.vf, Some(&record.uuid))?;
+                let vf = self.pick_nvidia_vf(pf, type_id, record.vf, Some(record.uuid))?;
                 self.host.set_nvidia_vgpu(vf, type_id)?;
                 started.vf = Some(vf);
             }
@@ -96,13 +97,11 @@ impl Engine {
         // no save, which keeps reconcile after a reboot at no fsync per instance.
         if started != *record {
             self.update_state(|state| {
-                state
-                    .instances
-                    .insert(started.uuid.clone(), started.clone());
+                state.insert_instance(started.clone());
             })?;
         }
         self.emit(EngineEvent::InstanceChanged {
-            uuid: started.uuid.clone(),
+            uuid: started.uuid.to_string(),
         });
         self.emit_capacity_change(&started);
         Ok(started)

@@ -1,6 +1,20 @@
 //! Persistence: the desired state (`/var/lib/mdev-manager/state.json` under the root),
 //! schema-versioned and written atomically (temp file, fsync, rename, fsync dir).
 //!
+//! [`InstanceRecord`] is *the* record of an instance: the one the engine keeps, saves and
+//! reasons about. Its fields are typed ([`Uuid`], [`PciAddress`], [`ParentName`], [`TypeId`],
+//! [`ProfileName`]), so a state that loads holds only names the engine would take from a
+//! caller. The other instance structs are views of it, each for a reason the record cannot
+//! serve: `InstanceInfo` (engine API) joins it with what the host shows now (active, IOMMU
+//! group, sysfs path) and also describes instances the manager does not manage; the daemon's
+//! `InstanceData` is the `Instance` D-Bus object's properties; `dbus_api::wire::InstanceEntry`
+//! is those properties in the fixed `ListInstances` signature, and `wire::InstanceRecord` the
+//! client's owned copy with the field names `vgpuctl --json` documents.
+//!
+//! Schema history: 1 held the same shape with unchecked strings; 2 (this build) is typed. A
+//! schema-1 file is migrated on [`load`] (`state_migration`), its original bytes kept beside it
+//! as [`STATE_V1_BACKUP_NAME`], and the next save writes schema 2. A newer schema is refused.
+//!
 //! Regular files (the state, pending releases, mdevctl definitions, profiles) go through the
 //! small [`StateFiles`] trait rather than [`mdev_host::HostFs`]: they are not kernel files,
 //! and a test can put a lossy implementation behind it to simulate power loss.
@@ -15,8 +29,20 @@ use serde::{Deserialize, Serialize};
 
 use mdev_host::discovery::names::PciAddress;
 
-/// The schema version this build writes and reads.
-pub const STATE_SCHEMA_VERSION: u32 = 1;
+pub use crate::record_names::{ParentName, TypeId};
+pub use crate::state_migration::MigrationError;
+pub use vgpu_profiles::ProfileName;
+pub use vgpu_types::Uuid;
+
+/// The schema version this build writes (and reads; older versions are migrated on load).
+pub const STATE_SCHEMA_VERSION: u32 = 2;
+
+/// The oldest schema version [`load`] migrates.
+pub const OLDEST_MIGRATED_SCHEMA_VERSION: u32 = 1;
+
+/// The name (inside the state directory) under which [`load`] keeps the bytes of a schema-1
+/// state file it migrated: the way back to a schema-1 build, by hand.
+pub const STATE_V1_BACKUP_NAME: &str = "state.json.v1";
 
 /// File name of the state store inside the state directory.
 pub const STATE_FILE_NAME: &str = "state.json";
@@ -31,7 +57,7 @@ const TEMP_INFIX: &str = ".tmp.";
 /// The files of the state directory's top level that only the daemon writes. Their temporary
 /// files (`<name>.tmp.<pid>`) are the daemon's alone, so [`remove_stale_temp_files`] may
 /// remove them; the hook's files (under [`PENDING_RELEASES_DIR`]) are never touched.
-pub const DAEMON_WRITTEN_FILES: &[&str] = &[STATE_FILE_NAME];
+pub const DAEMON_WRITTEN_FILES: &[&str] = &[STATE_FILE_NAME, STATE_V1_BACKUP_NAME];
 
 pub use vgpu_types::InstanceKind;
 
@@ -50,8 +76,8 @@ pub enum Owner {
 pub struct Claim {
     /// libvirt domain name.
     pub domain_name: String,
-    /// libvirt domain UUID (lower case).
-    pub domain_uuid: String,
+    /// libvirt domain UUID.
+    pub domain_uuid: Uuid,
     /// Whether the instance was created for this claim and is destroyed on release.
     pub transient: bool,
     /// Whether the claim started a defined (inactive) persistent instance, which release stops
@@ -74,16 +100,19 @@ pub struct Scheduling {
 /// One instance the manager knows about (created or adopted, live or only defined).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InstanceRecord {
-    /// The instance's UUID (lower case). For a VF instance it is the handle the manager gave it.
-    pub uuid: String,
+    /// The instance's UUID. For a VF or pass-through instance it is the handle the manager
+    /// gave it.
+    pub uuid: Uuid,
     /// Device kind.
     pub kind: InstanceKind,
-    /// Parent: mdev parent name for mdevs, the PF address for VF kinds.
-    pub parent: String,
-    /// mdev type id, or the NVIDIA vGPU type id (decimal) for `nvidia-vf`, or `vfio-pci` for VFs.
-    pub type_id: String,
+    /// Parent: mdev parent name for mdevs, the PF address for VF kinds, the GPU's address for
+    /// a pass-through.
+    pub parent: ParentName,
+    /// mdev type id, or the NVIDIA vGPU type id (decimal) for `nvidia-vf`, or `vfio-pci` for VFs
+    /// and pass-through GPUs.
+    pub type_id: TypeId,
     /// The profile it was made from, if any.
-    pub profile: Option<String>,
+    pub profile: Option<ProfileName>,
     /// Ownership.
     pub owner: Owner,
     /// Recreated on start / after reboot.
@@ -98,7 +127,7 @@ pub struct InstanceRecord {
     /// Vendor attributes written in order after creation (`name`, `value`).
     #[serde(default)]
     pub attributes: Vec<(String, String)>,
-    /// The VF address for VF kinds.
+    /// The VF address for VF kinds; the GPU's for a pass-through.
     #[serde(default)]
     pub vf: Option<PciAddress>,
     /// The driver a VF was bound to before we took it (given back on release).
@@ -129,25 +158,25 @@ pub struct StateFile {
     pub schema_version: u32,
     /// Instances by UUID.
     #[serde(default)]
-    pub instances: BTreeMap<String, InstanceRecord>,
+    pub instances: BTreeMap<Uuid, InstanceRecord>,
     /// Parents by name (mdev parent name or PF address).
     #[serde(default)]
-    pub parents: BTreeMap<String, ParentRecord>,
+    pub parents: BTreeMap<ParentName, ParentRecord>,
     /// Group bindings of pass-through instances, by instance UUID.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub passthrough: BTreeMap<String, crate::passthrough::GroupBinding>,
+    pub passthrough: BTreeMap<Uuid, crate::passthrough::GroupBinding>,
     /// UUIDs a batch create is making right now (saved before its first sysfs write, cleared
     /// with the batch's one save of its records). After a crash, reconcile removes whatever
     /// of them exists: the batch never reported success.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub pending_creates: BTreeSet<String>,
+    pub pending_creates: BTreeSet<Uuid>,
     /// UUIDs a batch destroy is removing right now (saved before its first sysfs write when a
     /// persistent instance is among them). After a crash, reconcile finishes them.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub pending_destroys: BTreeSet<String>,
+    pub pending_destroys: BTreeSet<Uuid>,
     /// Write-ahead intents: what a host write is about to make, saved before it, by instance
-    /// UUID (or PF address for a VF count). After a crash reconcile undoes each (see
-    /// `engine::intents`).
+    /// UUID (or PF address for a VF count; both in lower case). After a crash reconcile undoes
+    /// each (see `engine::intents`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub intents: BTreeMap<String, crate::intents::Intent>,
 }
@@ -163,6 +192,67 @@ impl Default for StateFile {
             pending_destroys: BTreeSet::new(),
             intents: BTreeMap::new(),
         }
+    }
+}
+
+/// What names an instance for a look-up in a [`StateFile`]: its [`Uuid`], or its UUID as text
+/// (any case; text that is not a UUID names nothing).
+pub trait InstanceKey {
+    /// The UUID, if this names one.
+    fn instance_uuid(&self) -> Option<Uuid>;
+}
+
+impl InstanceKey for Uuid {
+    fn instance_uuid(&self) -> Option<Uuid> {
+        Some(*self)
+    }
+}
+
+impl InstanceKey for str {
+    fn instance_uuid(&self) -> Option<Uuid> {
+        Uuid::parse(self).ok()
+    }
+}
+
+impl InstanceKey for String {
+    fn instance_uuid(&self) -> Option<Uuid> {
+        Uuid::parse(self).ok()
+    }
+}
+
+impl<T: InstanceKey + ?Sized> InstanceKey for &T {
+    fn instance_uuid(&self) -> Option<Uuid> {
+        (**self).instance_uuid()
+    }
+}
+
+impl StateFile {
+    /// The record of an instance.
+    pub fn instance(&self, key: &(impl InstanceKey + ?Sized)) -> Option<&InstanceRecord> {
+        self.instances.get(&key.instance_uuid()?)
+    }
+
+    /// The record of an instance, to change.
+    pub fn instance_mut(
+        &mut self,
+        key: &(impl InstanceKey + ?Sized),
+    ) -> Option<&mut InstanceRecord> {
+        self.instances.get_mut(&key.instance_uuid()?)
+    }
+
+    /// Whether an instance has a record.
+    pub fn has_instance(&self, key: &(impl InstanceKey + ?Sized)) -> bool {
+        self.instance(key).is_some()
+    }
+
+    /// Forgets an instance's record, returning it.
+    pub fn remove_instance(&mut self, key: &(impl InstanceKey + ?Sized)) -> Option<InstanceRecord> {
+        self.instances.remove(&key.instance_uuid()?)
+    }
+
+    /// Records an instance under its UUID.
+    pub fn insert_instance(&mut self, record: InstanceRecord) -> Option<InstanceRecord> {
+        self.instances.insert(record.uuid, record)
     }
 }
 
@@ -191,13 +281,25 @@ pub enum StateError {
     },
     /// The state file was written by a newer (or unknown) schema.
     #[error(
-        "state file {path} has schema version {found}, this build reads {STATE_SCHEMA_VERSION}"
+        "state file {path} has schema version {found}, this build reads {OLDEST_MIGRATED_SCHEMA_VERSION} to {STATE_SCHEMA_VERSION}"
     )]
     Schema {
         /// The host path.
         path: PathBuf,
         /// The version found.
         found: u32,
+    },
+    /// A state file of an older schema holds a value today's typed record refuses (the error
+    /// names the record, e.g. the instance's UUID, and the field). Nothing was changed.
+    #[error("state file {path} (schema version {from}) cannot be migrated to version {STATE_SCHEMA_VERSION}")]
+    Migration {
+        /// The host path.
+        path: PathBuf,
+        /// The file's schema version.
+        from: u32,
+        /// The record and field.
+        #[source]
+        source: MigrationError,
     },
 }
 
@@ -307,13 +409,37 @@ pub fn load(files: &dyn StateFiles, state_dir: &Path) -> Result<StateFile, State
         path: path.clone(),
         source,
     })?;
-    if version.schema_version != STATE_SCHEMA_VERSION {
-        return Err(StateError::Schema {
-            path,
-            found: version.schema_version,
-        });
+    match version.schema_version {
+        STATE_SCHEMA_VERSION => {
+            serde_json::from_slice(&data).map_err(|source| StateError::Corrupt { path, source })
+        }
+        1 => {
+            let value: serde_json::Value =
+                serde_json::from_slice(&data).map_err(|source| StateError::Corrupt {
+                    path: path.clone(),
+                    source,
+                })?;
+            let state = crate::state_migration::from_v1(&value).map_err(|source| {
+                StateError::Migration {
+                    path: path.clone(),
+                    from: 1,
+                    source,
+                }
+            })?;
+            // Kept until the next schema-1 migration replaces it; the state file itself turns
+            // into schema 2 on the next save.
+            let backup = state_dir.join(STATE_V1_BACKUP_NAME);
+            files
+                .write_atomic(&backup, &data)
+                .map_err(|source| StateError::Io {
+                    op: "write",
+                    path: backup,
+                    source,
+                })?;
+            Ok(state)
+        }
+        found => Err(StateError::Schema { path, found }),
     }
-    serde_json::from_slice(&data).map_err(|source| StateError::Corrupt { path, source })
 }
 
 /// Writes the state file into `state_dir` atomically.
@@ -384,7 +510,7 @@ mod tests {
         let state_dir = Path::new("/var/lib/mdev-manager");
         let mut state = StateFile::default();
         state.parents.insert(
-            "0000:4b:00.0".into(),
+            ParentName::new("0000:4b:00.0").unwrap(),
             ParentRecord {
                 schedule: None,
                 num_vfs: Some(2),
@@ -454,7 +580,7 @@ mod tests {
         );
         let mut state = StateFile::default();
         state.parents.insert(
-            "0000:4b:00.0".into(),
+            ParentName::new("0000:4b:00.0").unwrap(),
             ParentRecord {
                 schedule: None,
                 num_vfs: Some(4),

@@ -305,12 +305,13 @@ fn only_the_stopped_definition() -> ReconcileAction {
 }
 
 fn state_path(root: &Path) -> std::path::PathBuf {
-    root.join("var/lib/mdev-manager").join(crate::state::STATE_FILE_NAME)
+    root.join("var/lib/mdev-manager")
+        .join(crate::state::STATE_FILE_NAME)
 }
 
-/// Rewrites `tests/fixtures/state-v1.json` from the scenario when `MDEV_WRITE_STATE_FIXTURE`
-/// is set (run once, by the schema-1 code; the committed file is the migration's ground
-/// truth and is not rewritten by later schemas).
+/// The scenario reaches every kind of record. (The schema-1 code wrote
+/// `tests/fixtures/state-v1.json` from it, see the fixture's README; today's code no longer
+/// writes that file.)
 #[test]
 fn the_rich_scenario_saves_every_kind_of_record() {
     let sim = fixture_host();
@@ -332,11 +333,263 @@ fn the_rich_scenario_saves_every_kind_of_record() {
     assert_eq!(saved["instances"].as_object().unwrap().len(), 9);
     assert_eq!(saved["passthrough"].as_object().unwrap().len(), 2);
     assert_eq!(saved["parents"][H200]["num_vfs"], 32);
-    if std::env::var_os("MDEV_WRITE_STATE_FIXTURE").is_some() {
-        std::fs::write(Path::new(FIXTURE_DIR).join("state-v1.json"), &text).unwrap();
-    }
     // Nothing for a reconcile to do on the host that wrote it (the stopped definition is
     // reported, as every pass reports it, and kept).
     let report = engine.reconcile().unwrap();
-    assert_eq!(report.actions, [only_the_stopped_definition()], "{report:?}");
+    assert_eq!(
+        report.actions,
+        [only_the_stopped_definition()],
+        "{report:?}"
+    );
+}
+
+/// The fixture the schema-1 code wrote.
+fn fixture_v1() -> Vec<u8> {
+    std::fs::read(Path::new(FIXTURE_DIR).join("state-v1.json")).unwrap()
+}
+
+/// A state directory under `root` holding `data` as its state file.
+fn put_state(root: &Path, data: &[u8]) {
+    let path = state_path(root);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, data).unwrap();
+}
+
+fn state_dir() -> std::path::PathBuf {
+    EngineConfig::default().state_dir
+}
+
+fn uuid(text: &str) -> crate::state::Uuid {
+    text.parse().unwrap()
+}
+
+#[test]
+fn the_schema_1_fixture_migrates_to_the_state_todays_code_makes_of_the_same_scenario() {
+    // Today's code on the same host and calls: its state is what the migration must give.
+    let sim = fixture_host();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(&sim, dir.path());
+    drive_rich_state(&sim, &engine);
+    let expected = lock(&engine.state).clone();
+    drop(engine);
+
+    let migrated_dir = tempfile::tempdir().unwrap();
+    put_state(migrated_dir.path(), &fixture_v1());
+    let files = DiskFiles::new(migrated_dir.path());
+    let migrated = state::load(&files, &state_dir()).unwrap();
+    assert_eq!(migrated, expected);
+    assert_eq!(migrated.schema_version, state::STATE_SCHEMA_VERSION);
+    assert_eq!(state::STATE_SCHEMA_VERSION, 2);
+
+    // The typed fields hold what the schema-1 strings said.
+    let adopted = migrated
+        .instance(&MDEV_ADOPTED.to_ascii_lowercase())
+        .unwrap();
+    assert_eq!(adopted.uuid.to_string(), MDEV_ADOPTED.to_ascii_lowercase());
+    assert_eq!(adopted.owner, Owner::Adopted);
+    assert_eq!(
+        (adopted.parent.as_str(), adopted.type_id.as_str()),
+        (INTEL, "i915-GVTg_V5_4")
+    );
+    let autostart = migrated.instance(MDEV_AUTOSTART).unwrap();
+    assert_eq!(
+        autostart.attributes,
+        [(
+            "nvidia/vgpu_params".to_owned(),
+            "frame_rate_limiter=0".to_owned()
+        )]
+    );
+    assert_eq!(
+        autostart.scheduling,
+        Scheduling {
+            weight: Some(200),
+            min_share: Some(10),
+            max_share: Some(50)
+        }
+    );
+    let claim = autostart.claim.as_ref().unwrap();
+    assert_eq!(
+        (claim.domain_uuid, claim.transient),
+        (uuid(DOMAIN_B), false)
+    );
+    let started = migrated.instance(MDEV_CLAIM_STARTED).unwrap();
+    assert!(started.claim.as_ref().unwrap().started_by_claim);
+    let vgpu = migrated.instance(NVIDIA_VF_PROFILE).unwrap();
+    assert_eq!(vgpu.kind, InstanceKind::NvidiaVf);
+    assert_eq!(vgpu.parent.pci_address(), H200.parse().ok());
+    assert_eq!(
+        vgpu.profile.as_ref().map(|p| p.as_str()),
+        Some("nvidia-h200-35c")
+    );
+    let vf = migrated.instance(VF_PROFILE).unwrap();
+    assert_eq!(
+        (vf.kind, vf.type_id.as_str()),
+        (InstanceKind::Vf, "vfio-pci")
+    );
+    assert!(vf.vf.is_some());
+    let forced = migrated.instance(PASSTHROUGH_FORCED).unwrap();
+    assert!(forced.force && forced.autostart);
+    assert_eq!(forced.vf, T400.parse().ok());
+    let binding = &migrated.passthrough[&uuid(PASSTHROUGH_CLAIMED)];
+    assert_eq!(binding.gpu, RX6800.parse().unwrap());
+    assert_eq!(binding.phase, crate::passthrough::BindPhase::Bound);
+    assert_eq!(migrated.parents[H200].num_vfs, Some(32));
+    assert_eq!(
+        migrated.parents[INTEL].schedule,
+        Some(serde_json::json!({"policy": "fixed-share"}))
+    );
+    assert!(migrated.parents[T4].schedule.is_some());
+    assert_eq!(migrated.instances.len(), 9);
+}
+
+#[test]
+fn a_migrated_state_is_written_as_schema_2_on_the_next_save_and_the_schema_1_bytes_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    put_state(dir.path(), &fixture_v1());
+    let files = DiskFiles::new(dir.path());
+    let migrated = state::load(&files, &state_dir()).unwrap();
+    let backup = state_path(dir.path()).with_file_name(state::STATE_V1_BACKUP_NAME);
+    assert_eq!(std::fs::read(&backup).unwrap(), fixture_v1());
+    // Loading alone does not rewrite the state file.
+    assert_eq!(std::fs::read(state_path(dir.path())).unwrap(), fixture_v1());
+
+    state::save(&files, &state_dir(), &migrated).unwrap();
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state_path(dir.path())).unwrap()).unwrap();
+    assert_eq!(saved["schema_version"], 2);
+    let reloaded = state::load(&files, &state_dir()).unwrap();
+    assert_eq!(reloaded, migrated, "schema 2 round-trips");
+    // Schema 2 keeps schema 1's shape: the same JSON but for the version.
+    let mut v1: serde_json::Value = serde_json::from_slice(&fixture_v1()).unwrap();
+    v1["schema_version"] = serde_json::json!(2);
+    assert_eq!(saved, v1);
+    // A schema-2 load leaves the backup as it was.
+    std::fs::remove_file(&backup).unwrap();
+    state::load(&files, &state_dir()).unwrap();
+    assert!(!backup.exists());
+}
+
+#[test]
+fn reconcile_after_the_migration_changes_nothing_on_the_host_that_wrote_the_state() {
+    let sim = fixture_host();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(&sim, dir.path());
+    drive_rich_state(&sim, &engine);
+    let instances_before = engine.instances().unwrap();
+    let state_before = lock(&engine.state).clone();
+    drop(engine);
+    let host_before = sim.tree_listing();
+
+    // The daemon restarts on the upgraded build with the state the schema-1 build wrote.
+    put_state(dir.path(), &fixture_v1());
+    let engine = open(&sim, dir.path());
+    let report = engine.reconcile().unwrap();
+    assert_eq!(
+        report.actions,
+        [only_the_stopped_definition()],
+        "{report:?}"
+    );
+    assert_eq!(sim.tree_listing(), host_before, "the host is untouched");
+    assert_eq!(engine.instances().unwrap(), instances_before);
+    assert_eq!(
+        *lock(&engine.state),
+        state_before,
+        "the records are unchanged"
+    );
+}
+
+/// The fixture with one field of one record replaced.
+fn corrupted(record: &str, field: &str, value: serde_json::Value) -> Vec<u8> {
+    let mut state: serde_json::Value = serde_json::from_slice(&fixture_v1()).unwrap();
+    let object = state["instances"][record].as_object_mut().unwrap();
+    match field.split_once('.') {
+        Some((outer, inner)) => {
+            object.get_mut(outer).unwrap()[inner] = value;
+        }
+        None => {
+            object.insert(field.to_owned(), value);
+        }
+    }
+    serde_json::to_vec_pretty(&state).unwrap()
+}
+
+#[test]
+fn a_corrupt_schema_1_field_is_refused_naming_the_instance_and_the_field_and_changes_nothing() {
+    let cases = [
+        (MDEV_AUTOSTART, "parent", serde_json::json!("../../etc")),
+        (MDEV_AUTOSTART, "type_id", serde_json::json!("")),
+        (MDEV_DEFINED, "uuid", serde_json::json!("not-a-uuid")),
+        (MDEV_DEFINED, "uuid", serde_json::json!(MDEV_AUTOSTART)),
+        (
+            MDEV_CLAIM_STARTED,
+            "claim.domain_uuid",
+            serde_json::json!("vm-alpha"),
+        ),
+        (VF_PROFILE, "vf", serde_json::json!("0000:0c:02")),
+        (VF_PROFILE, "kind", serde_json::json!("gpu")),
+        (
+            NVIDIA_VF_PROFILE,
+            "profile",
+            serde_json::json!("Not A Profile"),
+        ),
+        (NVIDIA_VF_AUTOSTART, "weight", serde_json::json!(0)),
+        (NVIDIA_VF_AUTOSTART, "autostart", serde_json::json!("yes")),
+        (PASSTHROUGH_FORCED, "owner", serde_json::json!("somebody")),
+    ];
+    for (record, field, value) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let data = corrupted(record, field, value.clone());
+        put_state(dir.path(), &data);
+        let sim = fixture_host();
+        let error = Engine::new(
+            Arc::new(sim.clone()),
+            Arc::new(DiskFiles::new(dir.path())),
+            EngineConfig::default(),
+        )
+        .unwrap_err();
+        let text = vgpu_types::error_chain(&error);
+        assert!(
+            text.contains(&format!("instance {record}"))
+                && text.contains(&format!("field \"{field}\""))
+                && text.contains("state.json")
+                && text.contains("schema version 1"),
+            "{field} = {value}: {text}"
+        );
+        assert_eq!(error.kind(), ErrorKind::Failed, "{text}");
+        assert_eq!(
+            std::fs::read(state_path(dir.path())).unwrap(),
+            data,
+            "the file is left as it was"
+        );
+        assert!(
+            !state_path(dir.path())
+                .with_file_name(state::STATE_V1_BACKUP_NAME)
+                .exists(),
+            "no backup of a file that was not migrated"
+        );
+    }
+}
+
+#[test]
+fn a_schema_1_record_with_its_optional_fields_left_out_takes_their_defaults() {
+    // Written by an early schema-1 build: no attributes, vf, previous_driver, force,
+    // started_by_claim or scheduling keys.
+    let text = format!(
+        r#"{{"schema_version": 1, "instances": {{"{MDEV_DEFINED}": {{
+            "uuid": "{MDEV_DEFINED}", "kind": "mdev", "parent": "mtty", "type_id": "mtty-1",
+            "profile": null, "owner": "created-by-us", "autostart": false, "persistent": true,
+            "claim": {{"domain_name": "vm", "domain_uuid": "{}", "transient": false}}
+        }}}}}}"#,
+        DOMAIN_A.to_ascii_uppercase()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    put_state(dir.path(), text.as_bytes());
+    let state = state::load(&DiskFiles::new(dir.path()), &state_dir()).unwrap();
+    let record = state.instance(MDEV_DEFINED).unwrap();
+    assert_eq!(record.scheduling, Scheduling::default());
+    assert!(record.attributes.is_empty() && record.vf.is_none() && !record.force);
+    let claim = record.claim.as_ref().unwrap();
+    assert!(!claim.started_by_claim);
+    assert_eq!(claim.domain_uuid.to_string(), DOMAIN_A, "lower-cased");
+    assert!(state.parents.is_empty() && state.passthrough.is_empty());
 }

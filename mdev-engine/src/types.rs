@@ -211,6 +211,12 @@ pub struct DestroyOptions {
 
 /// One instance as the engine sees it: its record (if the manager knows it) joined with what
 /// the host shows.
+///
+/// Not a second record: the one record of an instance is [`crate::state::InstanceRecord`].
+/// This view exists because callers need what the record cannot hold (whether the device
+/// exists now, its IOMMU group and sysfs path) and instances the manager does not manage,
+/// which have no record (`owner: None`). Its names are plain strings, as the record's typed
+/// ones print.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InstanceInfo {
     /// UUID (lower case).

@@ -45,7 +45,7 @@ fn pct(percent: u32) -> u32 {
 }
 
 fn stored_scheduling(engine: &Engine, uuid: &str) -> Scheduling {
-    lock(&engine.state).instances[uuid].scheduling
+    lock(&engine.state).instance(uuid).unwrap().scheduling
 }
 
 #[test]
@@ -278,7 +278,7 @@ fn amd_vf() -> CreateRequest {
 
 /// The VF index (on the AMD PF) of a VF instance.
 fn vf_index(engine: &Engine, uuid: &str) -> u32 {
-    let record = lock(&engine.state).instances[uuid].clone();
+    let record = lock(&engine.state).instance(uuid).unwrap().clone();
     engine
         .inventory()
         .unwrap()

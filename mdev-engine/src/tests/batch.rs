@@ -176,14 +176,14 @@ fn reconcile_finishes_batches_a_crash_interrupted() {
         )
         .unwrap();
     let mut state = lock(&s.engine.state).clone();
-    state.pending_destroys.insert(UUID_A.to_owned());
+    state.pending_destroys.insert(UUID_A.parse().unwrap());
     state
         .pending_creates
-        .extend(made.iter().map(|u| u.to_string()));
+        .extend(made.iter().map(|u| u.parse::<state::Uuid>().unwrap()));
     // A third UUID whose create never reached the kernel.
     state
         .pending_creates
-        .insert("ce000000-0000-4000-8000-000000000003".to_owned());
+        .insert("ce000000-0000-4000-8000-000000000003".parse().unwrap());
     state::save(s.engine.files.as_ref(), &s.engine.config.state_dir, &state).unwrap();
 
     let engine = open(&s.sim, s.dir.path());

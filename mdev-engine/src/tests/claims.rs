@@ -25,7 +25,10 @@ fn claims_are_exclusive_and_release_is_idempotent() {
     }];
     let claimed = s.engine.claim_domain(&a, &wants).unwrap();
     assert!(claimed[0].active, "claim started the defined instance");
-    assert_eq!(claimed[0].claim.as_ref().unwrap().domain_uuid, DOMAIN_UUID);
+    assert_eq!(
+        claimed[0].claim.as_ref().unwrap().domain_uuid.to_string(),
+        DOMAIN_UUID
+    );
     assert_eq!(
         s.engine.claim_domain(&a, &wants).unwrap().len(),
         1,
@@ -164,7 +167,7 @@ fn claims_by_profile_create_transient_instances_with_the_requested_uuid() {
     assert!(claimed.iter().all(|i| i
         .claim
         .as_ref()
-        .is_some_and(|c| c.transient && c.domain_uuid == DOMAIN_UUID)));
+        .is_some_and(|c| c.transient && c.domain_uuid.to_string() == DOMAIN_UUID)));
     assert_eq!(s.sim.mdev_uuids().len(), 2);
     assert!(
         s.engine.verify_domain(&a, &wants).is_empty(),
@@ -264,7 +267,7 @@ fn re_preparing_a_held_device_refuses_weight_zero_and_keeps_the_weight() {
     assert_eq!(saved_state(&s), before, "nothing changed");
     let held = s.engine.instance(UUID_A).unwrap();
     assert_eq!(
-        held.claim.map(|c| c.domain_uuid).as_deref(),
+        held.claim.map(|c| c.domain_uuid.to_string()).as_deref(),
         Some(DOMAIN_UUID)
     );
     assert_eq!(held.scheduling.weight, Some(300));

@@ -15,7 +15,7 @@ fn mdev_create_normalizes_the_uuid_persists_and_destroy_removes() {
     assert_eq!(info.owner, Some(Owner::CreatedByUs));
     assert_eq!(s.sim.mdev_uuids(), [UUID_A]);
     assert_eq!(saved_state(&s)["instances"][UUID_A]["type_id"], "mtty-2");
-    assert_eq!(saved_state(&s)["schema_version"], 1);
+    assert_eq!(saved_state(&s)["schema_version"], 2);
 
     s.engine.destroy(UUID_A, DestroyOptions::default()).unwrap();
     assert!(s.sim.mdev_uuids().is_empty());
