@@ -154,8 +154,11 @@ pub mod device_key {
     pub const DRY_RUN: &str = "dry-run";
 }
 
-/// The `Kind` property of an instance.
+/// The `Kind` property of an instance: every [`vgpu_types::InstanceKind`], spelled as the
+/// state file and the engine spell it.
 pub mod instance_kind {
+    use vgpu_types::InstanceKind;
+
     /// A VFIO mediated device (`/sys/bus/mdev/devices/<uuid>`).
     pub const MDEV: &str = "mdev";
     /// An SR-IOV virtual function bound to `vfio-pci`.
@@ -164,4 +167,48 @@ pub mod instance_kind {
     pub const NVIDIA_VF: &str = "nvidia-vf";
     /// A whole GPU passed through (its IOMMU group bound to `vfio-pci` by the service).
     pub const PASSTHROUGH: &str = "passthrough";
+
+    /// Every kind the wire carries, in the order of [`InstanceKind`].
+    pub const ALL: [InstanceKind; 4] = [
+        InstanceKind::Mdev,
+        InstanceKind::Vf,
+        InstanceKind::NvidiaVf,
+        InstanceKind::Passthrough,
+    ];
+
+    /// The `Kind` value of `kind`. Exhaustive: a kind added to the vocabulary does not
+    /// compile until the wire names it.
+    pub fn name(kind: InstanceKind) -> &'static str {
+        match kind {
+            InstanceKind::Mdev => MDEV,
+            InstanceKind::Vf => VF,
+            InstanceKind::NvidiaVf => NVIDIA_VF,
+            InstanceKind::Passthrough => PASSTHROUGH,
+        }
+    }
+
+    /// The kind a `Kind` value names; `None` for a value this build does not know (a newer
+    /// service's).
+    pub fn parse(value: &str) -> Option<InstanceKind> {
+        ALL.into_iter().find(|kind| name(*kind) == value)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn every_kind_has_one_wire_name_equal_to_its_stored_spelling() {
+            let mut names: Vec<&str> = ALL.iter().map(|kind| name(*kind)).collect();
+            for kind in ALL {
+                assert_eq!(name(kind), kind.to_string());
+                assert_eq!(parse(name(kind)), Some(kind));
+            }
+            assert_eq!(names, [MDEV, VF, NVIDIA_VF, PASSTHROUGH]);
+            names.dedup();
+            assert_eq!(names.len(), 4);
+            assert_eq!(parse("gpu"), None);
+            assert_eq!(parse("Mdev"), None);
+        }
+    }
 }

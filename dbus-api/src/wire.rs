@@ -2,6 +2,17 @@
 //!
 //! These are what `vgpuctl --json` prints, so their field names are a stable, documented format
 //! (docs/vgpuctl.md): fields are only ever added.
+//!
+//! One record per concept, as far as the wire allows. An instance's one record is the engine's
+//! persisted `mdev_engine::state::InstanceRecord`; on the bus it is the `Instance` interface's
+//! properties, and [`InstanceEntry`] is exactly those properties in `ListInstances`' fixed
+//! signature `(ossssssbbbsssiuas)` (the daemon builds both from one `InstanceData`). The
+//! client keeps one more, [`InstanceRecord`], because the wire cannot carry what it holds:
+//! the object path as an owned string, and the field names `vgpuctl --json` documents
+//! (`parent`, `type`), which differ from the entry's property names and may not change. It is
+//! made from an entry (or from the properties, the same values) field for field, nothing added.
+//! `Kind` carries every [`vgpu_types::InstanceKind`] (`names::instance_kind`), pass-through
+//! included.
 
 use crate::names::interface;
 use crate::proxy::PropertyMap;
@@ -208,9 +219,10 @@ pub struct InstanceRecord {
     pub object: String,
     /// UUID (the key).
     pub uuid: String,
-    /// `mdev`, `vf` or `nvidia-vf`.
+    /// `mdev`, `vf`, `nvidia-vf` or `passthrough` ([`crate::names::instance_kind`]; a newer
+    /// service may send a kind this build does not know: [`InstanceRecord::instance_kind`]).
     pub kind: String,
-    /// VF PCI address (empty for an mdev).
+    /// VF PCI address, or the GPU's for a pass-through (empty for an mdev).
     pub pci_address: String,
     /// Parent sysfs name.
     pub parent: String,
@@ -242,6 +254,11 @@ pub struct InstanceRecord {
 }
 
 impl InstanceRecord {
+    /// The instance's kind, when this build knows it.
+    pub fn instance_kind(&self) -> Option<vgpu_types::InstanceKind> {
+        crate::names::instance_kind::parse(&self.kind)
+    }
+
     /// Reads an instance from its `Instance` properties.
     pub fn from_properties(path: &str, map: &PropertyMap) -> Result<Self, PropertyError> {
         let p = Props {
@@ -372,7 +389,7 @@ pub struct InstanceEntry {
     pub object: OwnedObjectPath,
     /// `Uuid`.
     pub uuid: String,
-    /// `Kind`.
+    /// `Kind`: every [`vgpu_types::InstanceKind`] ([`crate::names::instance_kind::name`]).
     pub kind: String,
     /// `PciAddress`.
     pub pci_address: String,
@@ -524,4 +541,91 @@ pub fn types_from_entries(entries: Vec<TypeEntry>) -> Vec<MdevTypeRecord> {
     let mut records: Vec<MdevTypeRecord> = entries.into_iter().map(Into::into).collect();
     sort_types(&mut records);
     records
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::instance_kind;
+
+    fn entry(kind: &str, pci_address: &str, group_members: &[&str]) -> InstanceEntry {
+        InstanceEntry {
+            object: OwnedObjectPath::try_from("/org/mdevmanager/VGpu1/instance/x").unwrap(),
+            uuid: "5a0c1c7e-0008-4a1b-9c2d-3e4f5a6b7c08".into(),
+            kind: kind.into(),
+            pci_address: pci_address.into(),
+            parent_name: pci_address.into(),
+            mdev_type: "vfio-pci".into(),
+            profile: String::new(),
+            active: true,
+            persistent: false,
+            autostart: false,
+            owner: "created".into(),
+            holder: "vm-alpha".into(),
+            holder_uuid: "c0ffee00-aaaa-4bbb-8ccc-000000000001".into(),
+            iommu_group: 82,
+            weight: 300,
+            group_members: group_members.iter().map(|m| m.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn every_instance_kind_reaches_the_client_record_pass_through_included() {
+        for kind in instance_kind::ALL {
+            let record = InstanceRecord::from(entry(instance_kind::name(kind), "", &[]));
+            assert_eq!(record.instance_kind(), Some(kind));
+        }
+        let gpu = InstanceRecord::from(entry(
+            instance_kind::PASSTHROUGH,
+            "0000:41:00.0",
+            &["0000:41:00.0", "0000:41:00.1"],
+        ));
+        assert_eq!(
+            gpu.instance_kind(),
+            Some(vgpu_types::InstanceKind::Passthrough)
+        );
+        assert_eq!(gpu.group_members, ["0000:41:00.0", "0000:41:00.1"]);
+        assert_eq!(
+            (gpu.pci_address.as_str(), gpu.parent.as_str()),
+            ("0000:41:00.0", "0000:41:00.0")
+        );
+        // A kind from a newer service is kept as sent, not refused.
+        let newer = InstanceRecord::from(entry("npu", "", &[]));
+        assert_eq!((newer.kind.as_str(), newer.instance_kind()), ("npu", None));
+    }
+
+    #[test]
+    fn the_json_names_of_an_instance_record_stay_those_vgpuctl_documents() {
+        let record = InstanceRecord::from(entry(instance_kind::PASSTHROUGH, "0000:41:00.0", &[]));
+        let json = serde_json::to_value(&record).unwrap();
+        let mut keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "active",
+                "autostart",
+                "group_members",
+                "holder",
+                "holder_uuid",
+                "iommu_group",
+                "kind",
+                "object",
+                "owner",
+                "parent",
+                "pci_address",
+                "persistent",
+                "profile",
+                "type",
+                "uuid",
+                "weight"
+            ]
+        );
+        assert_eq!(json["kind"], "passthrough");
+    }
 }

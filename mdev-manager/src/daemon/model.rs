@@ -1,6 +1,13 @@
 //! What the service exports, computed from the engine: one record per object, with the
 //! property values the D-Bus interfaces serve. Comparing two models gives the objects to add,
 //! remove and the properties that changed.
+//!
+//! [`InstanceData`] is not a second instance record: the one record is the engine's persisted
+//! `mdev_engine::state::InstanceRecord` (seen through `InstanceInfo`, which adds what the host
+//! shows now). `InstanceData` is that record as the `Instance` interface's property values
+//! (strings and sentinels where D-Bus has no option type, the parent's object path, the
+//! scheduling properties computed from the parent's schedule), and the `ListInstances` entry
+//! (`dbus_api::wire::InstanceEntry`) is made from it field for field ([`instance_entry`]).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -141,9 +148,9 @@ impl Properties for TypeData {
 pub struct InstanceData {
     /// UUID (the key).
     pub uuid: String,
-    /// `mdev`, `vf`, `nvidia-vf`.
+    /// `mdev`, `vf`, `nvidia-vf` or `passthrough` (`dbus_api::names::instance_kind`).
     pub kind: String,
-    /// VF address for VF kinds.
+    /// VF address for VF kinds; the GPU's for a pass-through.
     pub pci_address: String,
     /// Parent object.
     pub parent: OwnedObjectPath,
@@ -505,7 +512,7 @@ fn instance_data(info: &InstanceInfo) -> InstanceData {
     use mdev_engine::Owner;
     InstanceData {
         uuid: info.uuid.clone(),
-        kind: info.kind.to_string(),
+        kind: dbus_api::names::instance_kind::name(info.kind).to_owned(),
         pci_address: info.vf.map(|a| a.to_string()).unwrap_or_default(),
         parent: path::parent_path(&info.parent),
         parent_name: info.parent.clone(),
@@ -528,7 +535,7 @@ fn instance_data(info: &InstanceInfo) -> InstanceData {
         holder_uuid: info
             .claim
             .as_ref()
-            .map(|c| c.domain_uuid.clone())
+            .map(|c| c.domain_uuid.to_string())
             .unwrap_or_default(),
         iommu_group: info
             .iommu_group

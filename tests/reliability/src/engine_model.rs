@@ -335,7 +335,7 @@ struct Expected {
 
 fn expected_of(info: &InstanceInfo) -> Expected {
     Expected {
-        claim: info.claim.as_ref().map(|c| c.domain_uuid.clone()),
+        claim: info.claim.as_ref().map(|c| c.domain_uuid.to_string()),
         weight: info.scheduling.weight,
     }
 }
@@ -450,7 +450,7 @@ pub fn run(data: &[u8]) {
                     info.active,
                     info.persistent,
                     info.autostart,
-                    info.claim.as_ref().map(|c| &c.domain_uuid)
+                    info.claim.as_ref().map(|c| c.domain_uuid.to_string())
                 );
             }
         }

@@ -1404,7 +1404,13 @@ fn check_round(
     // No acknowledged claim or weight is lost.
     for (uuid, domain) in &model.claims {
         match managed.get(uuid) {
-            Some(info) if info.claim.as_ref().map(|c| c.domain_uuid.as_str()) == Some(domain) => {}
+            Some(info)
+                if info
+                    .claim
+                    .as_ref()
+                    .map(|c| c.domain_uuid.to_string())
+                    .as_deref()
+                    == Some(domain) => {}
             Some(info) => fail(format!(
                 "claim of {uuid} by {domain} lost (now {:?})",
                 info.claim
@@ -1440,7 +1446,7 @@ fn check_round(
         .filter_map(|i| {
             i.claim
                 .as_ref()
-                .map(|c| (i.uuid.clone(), c.domain_uuid.clone()))
+                .map(|c| (i.uuid.clone(), c.domain_uuid.to_string()))
         })
         .collect();
     model.weights = managed

@@ -65,7 +65,11 @@ fn atomic_store_recovers_the_last_durable_state_after_a_power_cut_before_fsync()
 
     let files: Arc<dyn StateFiles> = Arc::new(DiskFiles::new(dir.path()));
     let recovered = state::load(files.as_ref(), &config().state_dir).expect("state loads");
-    let uuids: Vec<&String> = recovered.instances.keys().collect();
+    let uuids: Vec<String> = recovered
+        .instances
+        .keys()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(uuids, vec![DURABLE], "state after the power cut");
 
     let engine = Engine::new(Arc::new(sim.clone()), files, config()).expect("engine restarts");
