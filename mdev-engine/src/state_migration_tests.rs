@@ -593,3 +593,70 @@ fn a_schema_1_record_with_its_optional_fields_left_out_takes_their_defaults() {
     assert_eq!(claim.domain_uuid.to_string(), DOMAIN_A, "lower-cased");
     assert!(state.parents.is_empty() && state.passthrough.is_empty());
 }
+
+#[test]
+fn schema_1_write_ahead_records_migrate_with_their_keys_checked() {
+    // What a schema-1 build left when it crashed inside a batch and inside a VF count change.
+    let pending = MDEV_DEFINED.to_ascii_uppercase();
+    let good = format!(
+        r#"{{"schema_version": 1,
+            "pending_creates": ["{pending}"], "pending_destroys": ["{MDEV_AUTOSTART}"],
+            "intents": {{
+                "{VF_PROFILE}": {{"making": "instance", "kind": "vf", "parent": "{AMD}",
+                                  "type_id": "vfio-pci", "vf": "0000:0c:02.0"}},
+                "0000:4B:00.0": {{"making": "vf_count", "from": 0, "to": 32}}
+            }}}}"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    put_state(dir.path(), good.as_bytes());
+    let state = state::load(&DiskFiles::new(dir.path()), &state_dir()).unwrap();
+    assert_eq!(
+        state
+            .pending_creates
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        [MDEV_DEFINED]
+    );
+    assert!(state.pending_destroys.contains(&uuid(MDEV_AUTOSTART)));
+    assert_eq!(
+        state.intents.keys().cloned().collect::<Vec<_>>(),
+        [H200.to_owned(), VF_PROFILE.to_owned()],
+        "keys in their lower-case form"
+    );
+    match &state.intents[VF_PROFILE] {
+        crate::intents::Intent::Instance {
+            parent, type_id, ..
+        } => {
+            assert_eq!((parent.as_str(), type_id.as_str()), (AMD, "vfio-pci"));
+        }
+        other => panic!("{other:?}"),
+    }
+
+    for (bad, record, field) in [
+        (
+            good.replace(&pending, "not-a-uuid"),
+            "pending create not-a-uuid",
+            "(key)",
+        ),
+        (
+            good.replace("\"parent\": \"0000:0c:00.0\"", "\"parent\": \"a/b\""),
+            "intent",
+            "(intent)",
+        ),
+        (
+            good.replace("0000:4B:00.0", "pf-zero"),
+            "intent pf-zero",
+            "(key)",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        put_state(dir.path(), bad.as_bytes());
+        let error = state::load(&DiskFiles::new(dir.path()), &state_dir()).unwrap_err();
+        let text = vgpu_types::error_chain(&error);
+        assert!(
+            text.contains(record) && text.contains(&format!("field \"{field}\"")),
+            "{text}"
+        );
+    }
+}
