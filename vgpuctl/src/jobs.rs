@@ -4,14 +4,14 @@
 use std::collections::HashMap;
 
 use dbus_api::names::{interface, BUS_NAME};
+use dbus_api::options::NoOptions;
 use dbus_api::proxy::JobProxy;
 use dbus_api::{path, ClientError, ErrorKind};
 use futures_util::StreamExt;
 use tokio::signal::unix::{signal, Signal, SignalKind};
+use vgpu_types::error_chain;
 use zbus::message::Type;
 use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath, OwnedVariant};
-use dbus_api::options::NoOptions;
-use vgpu_types::error_chain;
 
 use crate::failure::{failure, Failure, EXIT_UNAVAILABLE};
 use crate::service::Sent;

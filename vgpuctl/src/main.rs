@@ -161,9 +161,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Job {
             action: JobAction::Cancel { job },
         } => job_commands::cancel(s, job).await,
-        Command::ImportMdevctl { dry_run } => {
-            commands::import::import_mdevctl(s, *dry_run).await
-        }
+        Command::ImportMdevctl { dry_run } => commands::import::import_mdevctl(s, *dry_run).await,
         Command::Permissions => commands::permissions::permissions(s).await,
         Command::Status => commands::status::status(s).await,
         Command::Weight {

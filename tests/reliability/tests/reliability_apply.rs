@@ -160,7 +160,10 @@ async fn assert_prints_each_difference_on_its_own_line_as_the_dry_run_prints_the
             "{plan:?}"
         );
     }
-    assert!(plan.contains(&"create 2 x mtty on mtty: 0 of 2 running"), "{plan:?}");
+    assert!(
+        plan.contains(&"create 2 x mtty on mtty: 0 of 2 running"),
+        "{plan:?}"
+    );
     assert_eq!(s.profiles_on_host(), before);
 }
 

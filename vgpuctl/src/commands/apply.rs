@@ -11,7 +11,7 @@ use dbus_api::{ClientError, ErrorKind};
 
 use crate::failure::{failure, Failure};
 use crate::jobs;
-use crate::service::{Auth, Sent, Session, manager};
+use crate::service::{manager, Auth, Sent, Session};
 
 /// What to do with the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,13 +60,7 @@ fn read_document(file: &str) -> Result<(String, String), Failure> {
 
 /// The options of the `StartApply` calls of `mode`: the first (`first`) asks for the plan
 /// (`dry-run`, or `assert`), the second applies it.
-pub fn options(
-    auth: Auth,
-    file_name: &str,
-    force: bool,
-    mode: Mode,
-    first: bool,
-) -> ApplyOptions {
+pub fn options(auth: Auth, file_name: &str, force: bool, mode: Mode, first: bool) -> ApplyOptions {
     ApplyOptions {
         dry_run: (first && mode != Mode::Assert).then_some(true),
         assert: (first && mode == Mode::Assert).then_some(true),

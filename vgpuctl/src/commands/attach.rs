@@ -14,7 +14,7 @@ use vgpu_types::error_chain;
 
 use crate::failure::{failure, Failure};
 use crate::output::print_json;
-use crate::service::{Auth, Sent, Session, instance_proxy, snapshot};
+use crate::service::{instance_proxy, snapshot, Auth, Sent, Session};
 
 /// Where the device goes: `--live`, `--config`, both, or neither (virsh's default: the running
 /// domain).
@@ -63,15 +63,12 @@ pub fn destroy_options(auth: Auth) -> ForceOptions {
 
 /// Runs `virsh ARGS`, returning its stdout; a failure carries virsh's own message.
 fn virsh(args: &[&std::ffi::OsStr]) -> Result<String, Failure> {
-    let output = Command::new("virsh")
-        .args(args)
-        .output()
-        .map_err(|e| {
-            Failure::new(
-                format!("cannot run virsh (is libvirt-clients installed?): {e}"),
-                1,
-            )
-        })?;
+    let output = Command::new("virsh").args(args).output().map_err(|e| {
+        Failure::new(
+            format!("cannot run virsh (is libvirt-clients installed?): {e}"),
+            1,
+        )
+    })?;
     if output.status.success() {
         return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
     }
@@ -102,9 +99,8 @@ fn change_device(verb: &str, domain: &str, xml: &str, scope: Scope) -> Result<()
                 1,
             )
         })?;
-    file.write_all(xml.as_bytes()).map_err(|e| {
-        Failure::new(format!("cannot write {}: {e}", file.path().display()), 1)
-    })?;
+    file.write_all(xml.as_bytes())
+        .map_err(|e| Failure::new(format!("cannot write {}: {e}", file.path().display()), 1))?;
     let mut args: Vec<&std::ffi::OsStr> =
         vec![verb.as_ref(), domain.as_ref(), file.path().as_os_str()];
     if scope.live {
@@ -150,12 +146,7 @@ async fn attach_instance(
     // (transient: the domain's release destroys it), all in one call.
     let manager = ManagerProxy::new(connection).await?;
     manager
-        .prepare_domain(
-            domain,
-            &domain_uuid,
-            vec![spec.proxy()],
-            options.proxy(),
-        )
+        .prepare_domain(domain, &domain_uuid, vec![spec.proxy()], options.proxy())
         .await
         .map_err(ClientError::from)?;
     let snapshot = snapshot(connection).await?;
@@ -191,7 +182,12 @@ async fn attach_instance(
 }
 
 /// `vgpuctl detach DOMAIN UUID`.
-pub async fn detach(session: &Session, domain: &str, key: &str, scope: Scope) -> Result<(), Failure> {
+pub async fn detach(
+    session: &Session,
+    domain: &str,
+    key: &str,
+    scope: Scope,
+) -> Result<(), Failure> {
     let uuid = detach_instance(session, domain, key, scope).await?;
     if session.json {
         return print_json(&serde_json::json!({ "uuid": uuid }));

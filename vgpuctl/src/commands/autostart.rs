@@ -5,7 +5,7 @@ use dbus_api::ClientError;
 
 use crate::failure::Failure;
 use crate::output::print_json;
-use crate::service::{Auth, Sent, Session, find_instance, instance_proxy, snapshot};
+use crate::service::{find_instance, instance_proxy, snapshot, Auth, Sent, Session};
 
 /// The options of `Instance.SetAutostart`: persistence follows autostart (the service's
 /// default), so only `auth.no_user_interaction`.

@@ -10,7 +10,7 @@ use crate::cli::Placement;
 use crate::failure::Failure;
 use crate::jobs;
 use crate::output::print_json;
-use crate::service::{Auth, Sent, Session, list_instances, manager};
+use crate::service::{list_instances, manager, Auth, Sent, Session};
 
 /// The arguments of `vgpuctl create`.
 #[derive(Debug, Clone, Copy)]

@@ -8,7 +8,7 @@ use zbus::Connection;
 
 use crate::failure::{failure, Failure};
 use crate::output::print_json;
-use crate::service::{Auth, Sent, Session, instance_proxy, list_instances, manager};
+use crate::service::{instance_proxy, list_instances, manager, Auth, Sent, Session};
 
 /// The options of `Destroy`, `DestroyInstances` and `StartDestroy`.
 pub fn options(auth: Auth, force: bool) -> ForceOptions {

@@ -57,7 +57,10 @@ fn print_probe(target: &str, report: &str, json: bool) -> Result<(), Failure> {
         .find(|step| step["status"] == "failed")
         .map(|step| text(&step["step"]))
         .unwrap_or_else(|| "a step".to_string());
-    Err(Failure::new(format!("probe of {target}: {failed} failed"), 1))
+    Err(Failure::new(
+        format!("probe of {target}: {failed} failed"),
+        1,
+    ))
 }
 
 #[cfg(test)]

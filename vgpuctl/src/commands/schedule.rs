@@ -16,7 +16,7 @@ use zbus::Connection;
 
 use crate::failure::{failure, Failure};
 use crate::output::print_json;
-use crate::service::{Auth, Session, managed_objects};
+use crate::service::{managed_objects, Auth, Session};
 use crate::table;
 
 /// Every parent's and instance's scheduling properties.

@@ -51,10 +51,7 @@ fn create_sends_the_create_instances_options_the_service_reads() {
         wait_for_parent: Some(5),
         no_wait: false,
     };
-    let keys = accepted(
-        "StartCreateInstances",
-        &create::options(NO_ASK, &request),
-    );
+    let keys = accepted("StartCreateInstances", &create::options(NO_ASK, &request));
     assert_eq!(
         keys,
         [

@@ -6,7 +6,7 @@ use dbus_api::ClientError;
 
 use crate::failure::Failure;
 use crate::output::print_json;
-use crate::service::{Auth, Sent, Session, find_instance, instance_proxy, snapshot};
+use crate::service::{find_instance, instance_proxy, snapshot, Auth, Sent, Session};
 
 /// `vgpuctl start UUID` (`Instance.Start`).
 pub async fn start(session: &Session, uuid: &str) -> Result<(), Failure> {
