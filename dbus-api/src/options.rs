@@ -276,7 +276,7 @@ mod tests {
     /// naming the method and the key, also next to keys it knows.
     #[test]
     fn every_option_set_refuses_an_unknown_key_naming_it() {
-        fn refused<T: DeserializeOwned + Type>(method: &str) {
+        fn refused<T: DeserializeOwned + Type + std::fmt::Debug>(method: &str) {
             // A key the set knows: every set but the device dict takes the polkit one.
             let known = if method.contains("device") {
                 ("kind", Variant::from("mdev"))
