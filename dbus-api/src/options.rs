@@ -272,6 +272,39 @@ mod tests {
         assert!(error.message().contains("forse"), "{}", error.message());
     }
 
+    /// Every option set refuses a key it does not name, before anything is done: `InvalidArgs`
+    /// naming the method and the key, also next to keys it knows.
+    #[test]
+    fn every_option_set_refuses_an_unknown_key_naming_it() {
+        fn refused<T: DeserializeOwned + Type + std::fmt::Debug>(method: &str) {
+            // A key the set knows: every set but the device dict takes the polkit one.
+            let known = if method.contains("device") {
+                ("kind", Variant::from("mdev"))
+            } else {
+                ("auth.no_user_interaction", Variant::from(true))
+            };
+            for pairs in [
+                vec![("dryrun", Variant::from(true))],
+                vec![known, ("dryrun", Variant::from(true))],
+            ] {
+                let error = from_dict::<T>(method, dict(&pairs)).unwrap_err();
+                assert_eq!(error.kind(), crate::ErrorKind::InvalidArgs, "{method}");
+                assert!(error.message().contains("dryrun"), "{}", error.message());
+                assert!(error.message().contains(method), "{}", error.message());
+            }
+        }
+        refused::<NoOptions>("Start");
+        refused::<CreateOptions>("CreateInstances");
+        refused::<ForceOptions>("Destroy");
+        refused::<PrepareOptions>("PrepareDomain");
+        refused::<ImportOptions>("ImportMdevctl");
+        refused::<AutostartOptions>("SetAutostart");
+        refused::<ListTypesOptions>("ListTypes");
+        refused::<ApplyOptions>("StartApply");
+        refused::<SchedulerPolicyOptions>("SetSchedulerPolicy");
+        refused::<DeviceSpec>("PrepareDomain device 0");
+    }
+
     #[test]
     fn wrong_types_are_invalid_args_naming_the_key_and_right_types_parse() {
         let parsed: CreateOptions = from_dict(

@@ -7,12 +7,12 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
 
-use dbus_api::names::{interface, option, ROOT_PATH};
-use dbus_api::options::{as_proxy_options, to_dict, DeviceSpec};
+use dbus_api::names::{interface, ROOT_PATH};
+use dbus_api::options::{as_proxy_options, to_dict, DeviceSpec, NoOptions, PrepareOptions};
 use dbus_api::proxy::ManagerProxy;
 use dbus_api::{BusTarget, ClientError, ErrorKind};
 use uuid::Uuid;
-use zbus::{OwnedVariant, Variant};
+use zbus::OwnedVariant;
 
 use crate::pci::PciAddress;
 use crate::plan::{ClaimPlan, ClaimedDevice, DeviceSource};
@@ -166,10 +166,35 @@ pub fn select_devices(plan: &ClaimPlan, managed: &ManagedInstances) -> Vec<Claim
         .collect()
 }
 
-/// The options every hook call sends: the hook runs unattended inside libvirtd, so polkit must
-/// never wait for a password.
-fn hook_options() -> HashMap<&'static str, Variant<'static>> {
-    HashMap::from([(option::NO_USER_INTERACTION, Variant::from(true))])
+/// The options every hook call sends, as the option set `T` the service reads that method's
+/// dict with (`PrepareOptions` for `PrepareDomain`, `NoOptions` for `ReleaseDomain` and
+/// `VerifyDomain`): the hook runs unattended inside libvirtd, so polkit must never wait for a
+/// password (`auth.no_user_interaction`), and nothing else is set.
+fn hook_options<T: HookOptions>() -> HashMap<String, OwnedVariant> {
+    T::unattended()
+}
+
+/// An option set the hook sends.
+trait HookOptions {
+    /// The set with only `auth.no_user_interaction` on, as its `a{sv}`.
+    fn unattended() -> HashMap<String, OwnedVariant>;
+}
+
+impl HookOptions for PrepareOptions {
+    fn unattended() -> HashMap<String, OwnedVariant> {
+        to_dict(&PrepareOptions {
+            wait_for_parent: None,
+            no_user_interaction: Some(true),
+        })
+    }
+}
+
+impl HookOptions for NoOptions {
+    fn unattended() -> HashMap<String, OwnedVariant> {
+        to_dict(&NoOptions {
+            no_user_interaction: Some(true),
+        })
+    }
 }
 
 /// A client for the hook's calls; one per hook run.
@@ -231,8 +256,9 @@ impl ServiceClient {
             if !devices.is_empty() {
                 let sent = device_dicts(&devices);
                 let dicts: Vec<_> = sent.iter().map(as_proxy_options).collect();
+                let options = hook_options::<PrepareOptions>();
                 proxy
-                    .prepare_domain(domain_name, &uuid, dicts, hook_options())
+                    .prepare_domain(domain_name, &uuid, dicts, as_proxy_options(&options))
                     .await?;
             }
             Ok(devices)
@@ -247,8 +273,9 @@ impl ServiceClient {
     ) -> Result<(), ServiceError> {
         let uuid = domain_uuid.as_hyphenated().to_string();
         self.call(|_, proxy| async move {
+            let options = hook_options::<NoOptions>();
             proxy
-                .release_domain(domain_name, &uuid, hook_options())
+                .release_domain(domain_name, &uuid, as_proxy_options(&options))
                 .await
         })
     }
@@ -269,8 +296,9 @@ impl ServiceClient {
             }
             let sent = device_dicts(&devices);
             let dicts: Vec<_> = sent.iter().map(as_proxy_options).collect();
+            let options = hook_options::<NoOptions>();
             proxy
-                .verify_domain(domain_name, &uuid, dicts, hook_options())
+                .verify_domain(domain_name, &uuid, dicts, as_proxy_options(&options))
                 .await
         })
     }
@@ -301,6 +329,46 @@ async fn devices_to_send(
 mod tests {
     use super::*;
     use crate::plan::{DeviceKind, DeviceSource};
+    use dbus_api::options::from_dict;
+    use zbus::Variant;
+
+    /// Each of the hook's three calls sends the option set its method is read with, and the
+    /// service's parser takes it: unattended, nothing else set.
+    #[test]
+    fn the_hook_options_are_accepted_by_the_service_parser_of_each_call() {
+        let prepare: PrepareOptions =
+            from_dict("PrepareDomain", hook_options::<PrepareOptions>()).unwrap();
+        assert_eq!(prepare.no_user_interaction, Some(true));
+        assert_eq!(prepare.wait_for_parent, None);
+        for method in ["ReleaseDomain", "VerifyDomain"] {
+            let parsed: NoOptions = from_dict(method, hook_options::<NoOptions>()).unwrap();
+            assert_eq!(parsed.no_user_interaction, Some(true), "{method}");
+        }
+        let keys: Vec<String> = hook_options::<NoOptions>().into_keys().collect();
+        assert_eq!(keys, ["auth.no_user_interaction"]);
+    }
+
+    /// A device dict the hook builds is accepted by the service's `DeviceSpec` parser as it
+    /// was built.
+    #[test]
+    fn the_hook_device_dict_is_accepted_by_the_service_parser() {
+        let device = ClaimedDevice {
+            kind: DeviceKind::Mdev,
+            uuid: Some("9a1e5d2c-1111-4222-8333-444455556666".parse().unwrap()),
+            profile: Some("nvidia-t4-2q".into()),
+            parent: Some("0000:3b:00.0".into()),
+            weight: None,
+            pci_address: None,
+            force: false,
+            placement: None,
+            numa_node: None,
+            numa_strict: false,
+            source: DeviceSource::Metadata,
+        };
+        let spec = device_spec(&device);
+        let parsed: DeviceSpec = from_dict("PrepareDomain device 0", to_dict(&spec)).unwrap();
+        assert_eq!(parsed, spec);
+    }
 
     #[test]
     fn device_dict_carries_only_the_keys_set() {

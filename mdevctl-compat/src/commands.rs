@@ -11,10 +11,13 @@
 use crate::cli;
 use crate::definition::{Definition, DefinitionError};
 use crate::format::{self, Device, Listing, TypeInfo};
+use dbus_api::options::{as_proxy_options, to_dict, AutostartOptions, ListTypesOptions};
 use dbus_api::proxy::{InstanceProxy, ManagerProxy, Options};
 use dbus_api::{ClientError, ErrorKind};
+use std::collections::HashMap;
 use std::io::Write;
 use uuid::Uuid;
+use zbus::OwnedVariant;
 
 /// Why a subcommand failed (printed as `Error: ...`, exit status 1, as mdevctl does).
 #[derive(Debug, thiserror::Error)]
@@ -61,9 +64,13 @@ fn no_options() -> Options<'static> {
     Options::new()
 }
 
-/// `SetAutostart` options that keep (`true`) or drop (`false`) the definition.
-fn persistence(persistent: bool) -> Options<'static> {
-    Options::from([(dbus_api::names::option::PERSISTENT, persistent.into())])
+/// `SetAutostart` options that keep (`true`) or drop (`false`) the definition: the service's
+/// own option set, as its `a{sv}` (pass it through `as_proxy_options`).
+fn persistence(persistent: bool) -> HashMap<String, OwnedVariant> {
+    to_dict(&AutostartOptions {
+        persistent: Some(persistent),
+        no_user_interaction: None,
+    })
 }
 
 /// The service's mdev instances as mdevctl devices; with `with_attributes`, their
@@ -250,11 +257,15 @@ pub async fn types(
     let manager = ManagerProxy::new(connection)
         .await
         .map_err(ClientError::from)?;
-    let mut options = no_options();
-    if let Some(parent) = &args.parent {
-        options.insert("parent", parent.as_str().into());
-    }
-    let entries = match manager.list_types(options).await.map_err(ClientError::from) {
+    let options = to_dict(&ListTypesOptions {
+        parent: args.parent.clone(),
+        ..ListTypesOptions::default()
+    });
+    let entries = match manager
+        .list_types(as_proxy_options(&options))
+        .await
+        .map_err(ClientError::from)
+    {
         Ok(entries) => entries,
         // mdevctl lists nothing for a parent it does not have.
         Err(error) if error.kind() == Some(ErrorKind::NotFound) => Vec::new(),
@@ -448,7 +459,10 @@ pub async fn undefine(
     let proxy = instance(connection, &device.uuid).await?;
     if device.active {
         // The running device stays; only its definition goes (it becomes transient).
-        proxy.set_autostart(false, persistence(false)).await
+        let drop_definition = persistence(false);
+        proxy
+            .set_autostart(false, as_proxy_options(&drop_definition))
+            .await
     } else {
         proxy.destroy(no_options()).await
     }
@@ -497,9 +511,10 @@ pub async fn define(
                 device.uuid, device.mdev_type
             )));
         }
+        let keep_definition = persistence(true);
         instance(connection, &device.uuid)
             .await?
-            .set_autostart(autostart, persistence(true))
+            .set_autostart(autostart, as_proxy_options(&keep_definition))
             .await
             .map_err(ClientError::from)?;
         if !attrs.is_empty() {

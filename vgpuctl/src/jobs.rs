@@ -1,17 +1,20 @@
-//! Jobs: waiting for one the service started for us (a Ctrl-C cancels it), listing the running
-//! ones, cancelling one.
+//! Waiting for a job the service started for us (a Ctrl-C cancels it), and naming a job. The
+//! `jobs` and `job cancel` commands are in `commands::jobs`.
 
 use std::collections::HashMap;
 
 use dbus_api::names::{interface, BUS_NAME};
+use dbus_api::options::NoOptions;
 use dbus_api::proxy::JobProxy;
 use dbus_api::{path, ClientError, ErrorKind};
 use futures_util::StreamExt;
 use tokio::signal::unix::{signal, Signal, SignalKind};
+use vgpu_types::error_chain;
 use zbus::message::Type;
 use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath, OwnedVariant};
 
-use crate::{failure, Failure};
+use crate::failure::{failure, Failure, EXIT_UNAVAILABLE};
+use crate::service::Sent;
 
 /// Prefix of every job's path.
 const JOBS_PATH: &str = "/org/mdevmanager/VGpu1/jobs";
@@ -135,10 +138,10 @@ impl JobWatch {
                 error_name,
             });
         }
-        Err(Failure {
-            message: format!("the service went away before job {} finished", job.as_str()),
-            code: crate::EXIT_UNAVAILABLE,
-        })
+        Err(Failure::new(
+            format!("the service went away before job {} finished", job.as_str()),
+            EXIT_UNAVAILABLE,
+        ))
     }
 }
 
@@ -183,10 +186,7 @@ impl Interrupts {
     /// Installs the handlers (for the rest of the process: they are not given back).
     pub fn catch() -> Result<Self, Failure> {
         let install = |kind: SignalKind, name: &str| {
-            signal(kind).map_err(|e| Failure {
-                message: format!("cannot catch {name}: {e}"),
-                code: 1,
-            })
+            signal(kind).map_err(|e| Failure::new(format!("cannot catch {name}: {e}"), 1))
         };
         Ok(Self {
             int: install(SignalKind::interrupt(), "SIGINT")?,
@@ -283,6 +283,14 @@ pub async fn wait_or_cancel(
     }
 }
 
+/// The options of the `Job.Cancel` an interrupt sends: never prompt for a password while the
+/// user is abandoning the command (the starter needs none).
+pub fn cancel_options() -> NoOptions {
+    NoOptions {
+        no_user_interaction: Some(true),
+    }
+}
+
 /// `Job.Cancel` on `job`; a refusal is said on stderr (the wait goes on).
 async fn request_cancel(connection: &Connection, job: &OwnedObjectPath) -> CancelState {
     let result = async {
@@ -291,13 +299,8 @@ async fn request_cancel(connection: &Connection, job: &OwnedObjectPath) -> Cance
             .cache_properties(zbus::proxy::CacheProperties::No)
             .build()
             .await?;
-        // Never prompt for a password while the user is abandoning the command; the starter
-        // needs none.
-        let options = HashMap::from([(
-            dbus_api::names::option::NO_USER_INTERACTION,
-            zbus::Variant::from(true),
-        )]);
-        proxy.cancel(options).await
+        let sent = Sent::new(&cancel_options());
+        proxy.cancel(sent.proxy()).await
     }
     .await;
     match result.map_err(ClientError::from) {
@@ -319,7 +322,7 @@ async fn request_cancel(connection: &Connection, job: &OwnedObjectPath) -> Cance
             eprintln!(
                 "vgpuctl: cannot cancel job {}: {}; waiting for it to end (Ctrl-C again stops waiting; the job keeps running)",
                 job.as_str(),
-                crate::error_chain(&error)
+                error_chain(&error)
             );
             CancelState::Refused
         }
@@ -358,14 +361,14 @@ fn finish(end: JobEnd, state: CancelState, undone: &str) -> Result<Waited, Failu
 
 /// A second interrupt: vgpuctl stops waiting for `job` and says where it was left.
 fn stop_waiting(job: &OwnedObjectPath, interrupt: Interrupt, state: &str) -> Failure {
-    Failure {
-        message: format!(
+    Failure::new(
+        format!(
             "{}: stopped waiting for job {} ({state}; `vgpuctl jobs` shows whether it still runs)",
             interrupt.name(),
             job.as_str()
         ),
-        code: interrupt.exit_code(),
-    }
+        interrupt.exit_code(),
+    )
 }
 
 /// A job path from `PATH` or a job number.
@@ -385,111 +388,6 @@ pub fn job_path(text: &str) -> Result<OwnedObjectPath, Failure> {
     }
     OwnedObjectPath::try_from(text.to_string())
         .map_err(|e| failure(ErrorKind::InvalidArgs, format!("job path {text:?}: {e}")))
-}
-
-/// `vgpuctl job cancel`.
-pub async fn cancel(
-    connection: &Connection,
-    job: &str,
-    options: HashMap<&'static str, zbus::Variant<'static>>,
-    json: bool,
-) -> Result<(), Failure> {
-    let job = job_path(job)?;
-    let proxy = JobProxy::builder(connection)
-        .path(job.clone())
-        .build()
-        .await?;
-    proxy.cancel(options).await.map_err(|error| {
-        match ClientError::from(error) {
-            // The job has ended (and its object gone) already.
-            ClientError::Other { name, .. } if name.ends_with("UnknownObject") => failure(
-                ErrorKind::NotFound,
-                format!("no job {} (it has finished, or never ran)", job.as_str()),
-            ),
-            other => Failure::from(other),
-        }
-    })?;
-    if json {
-        return crate::print_json(
-            &serde_json::json!({ "job": job.as_str(), "cancel": "requested" }),
-        );
-    }
-    outln!("cancel of {} requested", job.as_str());
-    Ok(())
-}
-
-/// One running job, as `vgpuctl jobs` shows it.
-#[derive(Debug, serde::Serialize)]
-struct JobRow {
-    job: String,
-    operation: String,
-    objects: Vec<String>,
-    started_by_uid: u32,
-    cancelable: bool,
-}
-
-/// `vgpuctl jobs`.
-pub async fn list(connection: &Connection, json: bool) -> Result<(), Failure> {
-    let objects = crate::managed_objects(connection).await?;
-    let mut rows: Vec<JobRow> = objects
-        .iter()
-        .filter_map(|(object, interfaces)| {
-            let props = interfaces
-                .iter()
-                .find(|(name, _)| name.as_str() == interface::JOB)?
-                .1;
-            let string = |name: &str| {
-                props
-                    .get(name)
-                    .and_then(|v| v.try_clone().ok())
-                    .and_then(|v| String::try_from(v).ok())
-                    .unwrap_or_default()
-            };
-            Some(JobRow {
-                job: object.to_string(),
-                operation: string("Operation"),
-                objects: props
-                    .get("Objects")
-                    .and_then(|v| v.try_clone().ok())
-                    .and_then(|v| Vec::<OwnedObjectPath>::try_from(v).ok())
-                    .unwrap_or_default()
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
-                started_by_uid: props
-                    .get("StartedByUid")
-                    .and_then(|v| u32::try_from(v).ok())
-                    .unwrap_or(u32::MAX),
-                cancelable: props
-                    .get("Cancelable")
-                    .and_then(|v| bool::try_from(v).ok())
-                    .unwrap_or(false),
-            })
-        })
-        .collect();
-    rows.sort_by_key(|row| {
-        row.job
-            .rsplit('/')
-            .next()
-            .and_then(|id| id.parse::<u64>().ok())
-            .unwrap_or(u64::MAX)
-    });
-    if json {
-        return crate::print_json(&rows);
-    }
-    crate::table::print(
-        &["JOB", "OPERATION", "UID", "CANCELABLE", "OBJECTS"],
-        rows.iter().map(|row| {
-            vec![
-                row.job.rsplit('/').next().unwrap_or_default().to_string(),
-                row.operation.clone(),
-                row.started_by_uid.to_string(),
-                if row.cancelable { "yes" } else { "no" }.to_string(),
-                row.objects.join(","),
-            ]
-        }),
-    );
-    Ok(())
 }
 
 #[cfg(test)]

@@ -37,3 +37,11 @@ macro_rules! outln {
         $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
     };
 }
+
+/// Prints `value` as pretty JSON, one document.
+pub fn print_json<T: serde::Serialize>(value: &T) -> Result<(), crate::failure::Failure> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| crate::failure::Failure::new(format!("cannot encode JSON: {e}"), 1))?;
+    outln!("{text}");
+    Ok(())
+}

@@ -126,6 +126,47 @@ async fn a_dry_run_prints_the_plan_and_changes_nothing() {
     assert!(s.profiles_on_host().is_empty());
 }
 
+/// `assert` prints the difference one change per line under its `vgpuctl: Failed: ...` line,
+/// the very lines `apply --dry-run` prints as the plan; it exits 1 and changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn assert_prints_each_difference_on_its_own_line_as_the_dry_run_prints_the_plan() {
+    let s = setup().await;
+    let surplus = s.create("mtty-dual", "mtty", 2);
+    let before = s.profiles_on_host();
+    let file = s.file("host.toml", TWO_MTTY);
+    let file = file.to_str().unwrap();
+
+    let planned = s.vgpuctl(&["apply", "--dry-run", "-f", file]).await;
+    assert!(planned.status.success(), "{}", stderr_of(&planned));
+    let plan = text(&planned.stdout);
+    let plan: Vec<&str> = plan.lines().collect();
+    assert_eq!(plan.len(), 3, "two destroys and a create: {plan:?}");
+
+    let asserted = s.vgpuctl(&["assert", "-f", file]).await;
+    assert_eq!(asserted.status.code(), Some(1), "{}", stderr_of(&asserted));
+    assert!(asserted.stdout.is_empty(), "{}", text(&asserted.stdout));
+    let error = stderr_of(&asserted);
+    let mut lines = error.lines();
+    assert_eq!(
+        lines.next(),
+        Some("vgpuctl: Failed: the host differs from the desired state:"),
+        "{error}"
+    );
+    assert_eq!(lines.collect::<Vec<_>>(), plan, "{error}");
+    for uuid in &surplus {
+        assert!(
+            plan.iter()
+                .any(|line| line.starts_with("destroy ") && line.contains(uuid.as_str())),
+            "{plan:?}"
+        );
+    }
+    assert!(
+        plan.contains(&"create 2 x mtty on mtty: 0 of 2 running"),
+        "{plan:?}"
+    );
+    assert_eq!(s.profiles_on_host(), before);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_create_failing_in_the_middle_leaves_the_host_as_before() {
     let s = setup().await;

@@ -4,17 +4,20 @@
 //! `Parent.SetSchedulerPolicy`, and draws one period of a parent's plan with `vgpu-sched` (pure
 //! code: the plan is computed here from the same properties the service publishes).
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use dbus_api::names::{interface, BUS_NAME};
-use dbus_api::schedule::{option, InstanceScheduleRecord, ParentScheduleRecord};
+use dbus_api::options::{NoOptions, SchedulerPolicyOptions};
+use dbus_api::schedule::{InstanceScheduleRecord, ParentScheduleRecord};
 use dbus_api::{path, ClientError, ErrorKind};
 use serde::Serialize;
 use vgpu_sched::{parse_duration_us, Share};
-use zbus::{Connection, Variant};
+use zbus::Connection;
 
-use super::{failure, managed_objects, print_json, table, Failure};
+use crate::failure::{failure, Failure};
+use crate::output::print_json;
+use crate::service::{managed_objects, Auth, Session};
+use crate::table;
 
 /// Every parent's and instance's scheduling properties.
 struct Schedules {
@@ -26,10 +29,7 @@ async fn read(connection: &Connection) -> Result<Schedules, Failure> {
     let objects = managed_objects(connection).await?;
     let mut parents = Vec::new();
     let mut instances = Vec::new();
-    let bad = |e: dbus_api::wire::PropertyError| Failure {
-        message: e.to_string(),
-        code: 1,
-    };
+    let bad = |e: dbus_api::wire::PropertyError| Failure::new(e.to_string(), 1);
     for (object, interfaces) in &objects {
         for (name, properties) in interfaces {
             if name.as_str() == interface::PARENT {
@@ -84,14 +84,14 @@ fn parse_duration(what: &str, text: &str) -> Result<u32, Failure> {
 
 /// `vgpuctl weight UUID N [--min P] [--max P]`: unspecified bounds keep their current value.
 pub async fn weight(
-    connection: &Connection,
-    options: HashMap<&'static str, Variant<'static>>,
+    session: &Session,
     uuid: &str,
     weight: u32,
     min: Option<&str>,
     max: Option<&str>,
-    json: bool,
 ) -> Result<(), Failure> {
+    let connection = &session.connection;
+    let json = session.json;
     let schedules = read(connection).await?;
     let wanted = uuid.to_ascii_lowercase();
     let current = schedules
@@ -114,6 +114,8 @@ pub async fn weight(
         interface::INSTANCE,
     )
     .await?;
+    // The typed set goes on the wire as the `a{sv}` the service reads it from.
+    let options: NoOptions = session.auth.no_options();
     proxy
         .call_method("SetSchedule", &(weight, min, max, options))
         .await
@@ -146,28 +148,50 @@ pub async fn weight(
     }
 }
 
+/// The arguments of `vgpuctl schedule PARENT`.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyRequest<'a> {
+    /// `--policy`.
+    pub policy: Option<&'a str>,
+    /// `--period`.
+    pub period: Option<&'a str>,
+    /// `--slice`.
+    pub slice: Option<&'a str>,
+}
+
+/// The options of `Parent.SetSchedulerPolicy` for `request`; a period or slice that is not a
+/// duration is `InvalidArgs` naming it.
+pub fn policy_options(
+    auth: Auth,
+    request: &PolicyRequest<'_>,
+) -> Result<SchedulerPolicyOptions, Failure> {
+    Ok(SchedulerPolicyOptions {
+        period: request
+            .period
+            .map(|period| parse_duration("period", period))
+            .transpose()?,
+        slice: request
+            .slice
+            .map(|slice| parse_duration("slice", slice))
+            .transpose()?,
+        no_user_interaction: auth.no_user_interaction(),
+    })
+}
+
 /// `vgpuctl schedule PARENT [--policy P] [--period D] [--slice D]`.
 pub async fn set_policy(
-    connection: &Connection,
-    mut options: HashMap<&'static str, Variant<'static>>,
-    parent: &str,
-    policy: Option<&str>,
-    period: Option<&str>,
-    slice: Option<&str>,
-    json: bool,
+    session: &Session,
+    parent: Option<&str>,
+    request: &PolicyRequest<'_>,
 ) -> Result<(), Failure> {
-    if let Some(period) = period {
-        options.insert(
-            option::PERIOD,
-            Variant::from(parse_duration("period", period)?),
-        );
-    }
-    if let Some(slice) = slice {
-        options.insert(
-            option::SLICE,
-            Variant::from(parse_duration("slice", slice)?),
-        );
-    }
+    let Some(parent) = parent else {
+        return Err(failure(
+            ErrorKind::InvalidArgs,
+            "name a parent (vgpuctl schedule PARENT --policy ...) or use `schedule show`".into(),
+        ));
+    };
+    let connection = &session.connection;
+    let options = policy_options(session.auth, request)?;
     let schedules = read(connection).await?;
     let record = schedules
         .parents
@@ -182,10 +206,13 @@ pub async fn set_policy(
     )
     .await?;
     proxy
-        .call_method("SetSchedulerPolicy", &(policy.unwrap_or(""), options))
+        .call_method(
+            "SetSchedulerPolicy",
+            &(request.policy.unwrap_or(""), options),
+        )
         .await
         .map_err(ClientError::from)?;
-    show(connection, Some(&record.parent), None, json).await
+    show(session, Some(&record.parent), None).await
 }
 
 /// One parent with its instances and plan, for `--json`.
@@ -198,12 +225,12 @@ struct ParentJson<'a> {
 
 /// `vgpuctl schedule show [PARENT] [--svg FILE]`.
 pub async fn show(
-    connection: &Connection,
+    session: &Session,
     parent: Option<&str>,
     svg: Option<&Path>,
-    json: bool,
 ) -> Result<(), Failure> {
-    let schedules = read(connection).await?;
+    let json = session.json;
+    let schedules = read(&session.connection).await?;
     let parents: Vec<&ParentScheduleRecord> = schedules
         .parents
         .iter()
@@ -227,10 +254,8 @@ pub async fn show(
                 format!("cannot plan parent {name}: {e}"),
             )
         })?;
-        std::fs::write(file, vgpu_sched::svg::timeline(&plan)).map_err(|e| Failure {
-            message: format!("cannot write {}: {e}", file.display()),
-            code: 1,
-        })?;
+        std::fs::write(file, vgpu_sched::svg::timeline(&plan))
+            .map_err(|e| Failure::new(format!("cannot write {}: {e}", file.display()), 1))?;
     }
     let on = |p: &ParentScheduleRecord| -> Vec<&InstanceScheduleRecord> {
         schedules

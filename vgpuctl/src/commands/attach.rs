@@ -2,18 +2,19 @@
 //! libvirt's own client. `virsh` is run as a program (found on PATH) so that vgpuctl needs no
 //! libvirt library; the libvirt hook never does this (it must not call back into libvirt).
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::process::Command;
 
 use dbus_api::hostdev::{hostdev_elements, hostdev_xml, MdevDisplay};
-use dbus_api::names::{device_key, option};
+use dbus_api::options::{DeviceSpec, ForceOptions, PrepareOptions};
 use dbus_api::proxy::ManagerProxy;
 use dbus_api::wire::InstanceRecord;
 use dbus_api::{ClientError, ErrorKind};
-use zbus::{Connection, Variant};
+use vgpu_types::error_chain;
 
-use crate::{error_chain, failure, instance_proxy, snapshot, Failure};
+use crate::failure::{failure, Failure};
+use crate::output::print_json;
+use crate::service::{instance_proxy, snapshot, Auth, Sent, Session};
 
 /// Where the device goes: `--live`, `--config`, both, or neither (virsh's default: the running
 /// domain).
@@ -25,15 +26,49 @@ pub struct Scope {
     pub config: bool,
 }
 
+impl Scope {
+    /// `--live` and `--config` as given.
+    pub fn new(live: bool, config: bool) -> Self {
+        Self { live, config }
+    }
+}
+
+/// The device dict `attach` sends with `PrepareDomain`: an mdev of `profile` with the fresh
+/// `uuid`.
+pub fn device(profile: &str, uuid: &str) -> DeviceSpec {
+    DeviceSpec {
+        kind: Some("mdev".to_owned()),
+        profile: Some(profile.to_owned()),
+        uuid: Some(uuid.to_owned()),
+        ..DeviceSpec::default()
+    }
+}
+
+/// The options of `attach`'s `PrepareDomain`.
+pub fn prepare_options(auth: Auth) -> PrepareOptions {
+    PrepareOptions {
+        wait_for_parent: None,
+        no_user_interaction: auth.no_user_interaction(),
+    }
+}
+
+/// The options of the `Destroy` that undoes a failed attach or ends a detach: forced, as the
+/// domain's claim is stale once the device is not (or no longer) in the domain.
+pub fn destroy_options(auth: Auth) -> ForceOptions {
+    ForceOptions {
+        force: Some(true),
+        no_user_interaction: auth.no_user_interaction(),
+    }
+}
+
 /// Runs `virsh ARGS`, returning its stdout; a failure carries virsh's own message.
 fn virsh(args: &[&std::ffi::OsStr]) -> Result<String, Failure> {
-    let output = Command::new("virsh")
-        .args(args)
-        .output()
-        .map_err(|e| Failure {
-            message: format!("cannot run virsh (is libvirt-clients installed?): {e}"),
-            code: 1,
-        })?;
+    let output = Command::new("virsh").args(args).output().map_err(|e| {
+        Failure::new(
+            format!("cannot run virsh (is libvirt-clients installed?): {e}"),
+            1,
+        )
+    })?;
     if output.status.success() {
         return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
     }
@@ -41,15 +76,15 @@ fn virsh(args: &[&std::ffi::OsStr]) -> Result<String, Failure> {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    Err(Failure {
-        message: format!(
+    Err(Failure::new(
+        format!(
             "virsh {} failed ({}): {}",
             words.join(" "),
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()
         ),
-        code: 1,
-    })
+        1,
+    ))
 }
 
 /// `virsh attach-device|detach-device DOMAIN FILE [--live] [--config]` with `xml` in FILE.
@@ -58,14 +93,14 @@ fn change_device(verb: &str, domain: &str, xml: &str, scope: Scope) -> Result<()
         .prefix("vgpuctl-hostdev-")
         .suffix(".xml")
         .tempfile()
-        .map_err(|e| Failure {
-            message: format!("cannot create a temporary file for the hostdev XML: {e}"),
-            code: 1,
+        .map_err(|e| {
+            Failure::new(
+                format!("cannot create a temporary file for the hostdev XML: {e}"),
+                1,
+            )
         })?;
-    file.write_all(xml.as_bytes()).map_err(|e| Failure {
-        message: format!("cannot write {}: {e}", file.path().display()),
-        code: 1,
-    })?;
+    file.write_all(xml.as_bytes())
+        .map_err(|e| Failure::new(format!("cannot write {}: {e}", file.path().display()), 1))?;
     let mut args: Vec<&std::ffi::OsStr> =
         vec![verb.as_ref(), domain.as_ref(), file.path().as_os_str()];
     if scope.live {
@@ -77,29 +112,41 @@ fn change_device(verb: &str, domain: &str, xml: &str, scope: Scope) -> Result<()
     virsh(&args).map(drop)
 }
 
-/// Creates an instance of `profile` claimed by `domain` and attaches it with virsh; undoes the
-/// creation if virsh refuses. Returns the new instance.
+/// `vgpuctl attach DOMAIN PROFILE`: prints the new instance's UUID (or its record).
 pub async fn attach(
-    connection: &Connection,
+    session: &Session,
     domain: &str,
     profile: &str,
     scope: Scope,
-    mut options: HashMap<&'static str, Variant<'static>>,
+) -> Result<(), Failure> {
+    let record = attach_instance(session, domain, profile, scope).await?;
+    if session.json {
+        return print_json(&record);
+    }
+    outln!("{}", record.uuid);
+    Ok(())
+}
+
+/// Creates an instance of `profile` claimed by `domain` and attaches it with virsh; undoes the
+/// creation if virsh refuses. Returns the new instance.
+async fn attach_instance(
+    session: &Session,
+    domain: &str,
+    profile: &str,
+    scope: Scope,
 ) -> Result<InstanceRecord, Failure> {
+    let connection = &session.connection;
     let domain_uuid = virsh(&["domuuid".as_ref(), domain.as_ref()])?
         .trim()
         .to_string();
     let uuid = uuid::Uuid::new_v4().to_string();
-    let device: HashMap<&str, Variant<'_>> = HashMap::from([
-        (device_key::KIND, Variant::from("mdev")),
-        (device_key::PROFILE, Variant::from(profile)),
-        (device_key::UUID, Variant::from(uuid.as_str())),
-    ]);
+    let spec = Sent::new(&device(profile, &uuid));
+    let options = Sent::new(&prepare_options(session.auth));
     // A device with a fresh UUID and a profile is created for the domain and claimed by it
     // (transient: the domain's release destroys it), all in one call.
     let manager = ManagerProxy::new(connection).await?;
     manager
-        .prepare_domain(domain, &domain_uuid, vec![device], options.clone())
+        .prepare_domain(domain, &domain_uuid, vec![spec.proxy()], options.proxy())
         .await
         .map_err(ClientError::from)?;
     let snapshot = snapshot(connection).await?;
@@ -111,10 +158,10 @@ pub async fn attach(
         .map_err(|e| failure(ErrorKind::NotSupported, error_chain(&e)))
         .and_then(|xml| change_device("attach-device", domain, &xml, scope));
     if let Err(attach_failure) = attached {
-        options.insert(option::FORCE, Variant::from(true));
+        let sent = Sent::new(&destroy_options(session.auth));
         let undone = match instance_proxy(connection, &record).await {
             Ok(instance) => instance
-                .destroy(options)
+                .destroy(sent.proxy())
                 .await
                 .map_err(|e| error_chain(&ClientError::from(e))),
             Err(e) => Err(e.message),
@@ -129,23 +176,34 @@ pub async fn attach(
                 attach_failure.message
             ),
         };
-        return Err(Failure {
-            message,
-            code: attach_failure.code,
-        });
+        return Err(Failure::new(message, attach_failure.code));
     }
     Ok(record)
 }
 
-/// Detaches instance `key` from `domain` with virsh, then destroys it. An instance another
-/// domain holds is refused before anything changes.
+/// `vgpuctl detach DOMAIN UUID`.
 pub async fn detach(
-    connection: &Connection,
+    session: &Session,
     domain: &str,
     key: &str,
     scope: Scope,
-    mut options: HashMap<&'static str, Variant<'static>>,
+) -> Result<(), Failure> {
+    let uuid = detach_instance(session, domain, key, scope).await?;
+    if session.json {
+        return print_json(&serde_json::json!({ "uuid": uuid }));
+    }
+    Ok(())
+}
+
+/// Detaches instance `key` from `domain` with virsh, then destroys it. An instance another
+/// domain holds is refused before anything changes.
+async fn detach_instance(
+    session: &Session,
+    domain: &str,
+    key: &str,
+    scope: Scope,
 ) -> Result<String, Failure> {
+    let connection = &session.connection;
     let snapshot = snapshot(connection).await?;
     let record = snapshot
         .instance(key)
@@ -167,10 +225,10 @@ pub async fn detach(
     }
     // The domain's claim is what keeps Destroy from removing it; the device is gone from the
     // domain now, so the claim is stale.
-    options.insert(option::FORCE, Variant::from(true));
+    let sent = Sent::new(&destroy_options(session.auth));
     instance_proxy(connection, record)
         .await?
-        .destroy(options)
+        .destroy(sent.proxy())
         .await
         .map_err(ClientError::from)?;
     Ok(record.uuid.clone())

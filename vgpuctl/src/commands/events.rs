@@ -6,9 +6,10 @@ use dbus_api::names::{BUS_NAME, ROOT_PATH};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use zbus::message::Type;
-use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath, OwnedVariant, Variant};
+use zbus::{MatchRule, MessageStream, OwnedObjectPath, OwnedVariant, Variant};
 
-use crate::Failure;
+use crate::failure::Failure;
+use crate::service::Session;
 
 /// A D-Bus value as JSON: numbers, strings, booleans, paths and arrays of them; anything else
 /// as its D-Bus text form.
@@ -143,17 +144,13 @@ fn human(event: &Value) -> String {
 }
 
 /// Prints the service's signals until interrupted (or `count` events).
-pub async fn follow(
-    connection: &Connection,
-    json: bool,
-    count: Option<usize>,
-) -> Result<(), Failure> {
+pub async fn follow(session: &Session, count: Option<usize>) -> Result<(), Failure> {
     let rule = MatchRule::builder()
         .msg_type(Type::Signal)
         .sender(BUS_NAME)
         .path_namespace(ROOT_PATH)
         .build()?;
-    let mut stream = MessageStream::for_match_rule(rule, connection, None).await?;
+    let mut stream = MessageStream::for_match_rule(rule, &session.connection, None).await?;
     // Tell whoever waits for us (people, scripts, tests) that the subscription is in place:
     // nothing the service sends from now on is missed. On stderr, so JSON output stays clean.
     eprintln!("following {BUS_NAME} signals (Ctrl-C to stop)");
@@ -163,7 +160,7 @@ pub async fn follow(
         let Some(event) = event_json(&message) else {
             continue;
         };
-        if json {
+        if session.json {
             outln!("{event}");
         } else {
             outln!("{}", human(&event));

@@ -2,31 +2,31 @@
 //! management through `Manager.ImportMdevctl` and reports what was imported, what was skipped
 //! (already managed) and which files could not be imported, with why.
 
-use std::collections::HashMap;
-
-use dbus_api::names::option;
+use dbus_api::options::ImportOptions;
 use dbus_api::proxy::ManagerProxy;
 use dbus_api::ClientError;
-use zbus::{Connection, Variant};
 
-use crate::{print_json, Failure};
+use crate::failure::Failure;
+use crate::output::print_json;
+use crate::service::{Auth, Sent, Session};
+
+/// The options of `Manager.ImportMdevctl` (`dry_run`: `--dry-run`).
+pub fn options(auth: Auth, dry_run: bool) -> ImportOptions {
+    ImportOptions {
+        dry_run: dry_run.then_some(true),
+        no_user_interaction: auth.no_user_interaction(),
+    }
+}
 
 /// Runs the import (or its preview) and prints the report.
-pub async fn import_mdevctl(
-    connection: &Connection,
-    dry_run: bool,
-    mut options: HashMap<&'static str, Variant<'static>>,
-    json: bool,
-) -> Result<(), Failure> {
-    if dry_run {
-        options.insert(option::DRY_RUN, Variant::from(true));
-    }
-    let manager = ManagerProxy::new(connection).await?;
+pub async fn import_mdevctl(session: &Session, dry_run: bool) -> Result<(), Failure> {
+    let sent = Sent::new(&options(session.auth, dry_run));
+    let manager = ManagerProxy::new(&session.connection).await?;
     let (imported, skipped, problems) = manager
-        .import_mdevctl(options)
+        .import_mdevctl(sent.proxy())
         .await
         .map_err(ClientError::from)?;
-    if json {
+    if session.json {
         return print_json(&serde_json::json!({
             "dry_run": dry_run,
             "imported": imported,
