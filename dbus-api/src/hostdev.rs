@@ -90,10 +90,15 @@ pub fn mdev_hostdev_xml(uuid: &str, options: MdevDisplay) -> Result<String, BadU
 /// `managed='no'` because the service, not libvirt, binds the device to vfio-pci and gives it
 /// back afterwards; with `managed='yes'` libvirt would rebind it behind the service's back.
 pub fn pci_hostdev_xml(address: &str) -> Result<String, BadPciAddress> {
-    let (domain, bus, slot, function) =
-        parse_pci_address(address).ok_or_else(|| BadPciAddress {
-            address: address.to_string(),
-        })?;
+    let parsed = vgpu_types::PciAddress::parse(address).map_err(|_| BadPciAddress {
+        address: address.to_string(),
+    })?;
+    let (domain, bus, slot, function) = (
+        parsed.domain(),
+        parsed.bus(),
+        parsed.device(),
+        parsed.function(),
+    );
     Ok(format!(
         "<hostdev mode='subsystem' type='pci' managed='no'>\n  <source>\n    <address domain='{domain:#06x}' bus='{bus:#04x}' slot='{slot:#04x}' function='{function:#x}'/>\n  </source>\n</hostdev>\n"
     ))
@@ -195,15 +200,12 @@ pub fn qemu_args(
             let devices = addresses
                 .iter()
                 .map(|address| {
-                    let (domain, bus, slot, function) =
-                        parse_pci_address(address).ok_or_else(|| {
-                            bad(BadPciAddress {
-                                address: address.clone(),
-                            })
-                        })?;
-                    Ok(format!(
-                        "vfio-pci,host={domain:04x}:{bus:02x}:{slot:02x}.{function:x}"
-                    ))
+                    let parsed = vgpu_types::PciAddress::parse(address).map_err(|_| {
+                        bad(BadPciAddress {
+                            address: address.clone(),
+                        })
+                    })?;
+                    Ok(format!("vfio-pci,host={parsed}"))
                 })
                 .collect::<Result<Vec<_>, HostdevError>>()?;
             // A whole GPU passed through runs NVIDIA's ordinary guest driver, no vGPU manager.
@@ -227,45 +229,13 @@ pub fn qemu_args(
     })
 }
 
-/// Splits `DDDD:BB:SS.F` into numbers, checking the digit counts and ranges sysfs uses.
-fn parse_pci_address(address: &str) -> Option<(u32, u8, u8, u8)> {
-    let (domain, rest) = address.split_once(':')?;
-    let (bus, rest) = rest.split_once(':')?;
-    let (slot, function) = rest.split_once('.')?;
-    let hex = |s: &str, min: usize, max: usize| {
-        (min..=max).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
-    };
-    if !(hex(domain, 4, 8) && hex(bus, 2, 2) && hex(slot, 2, 2) && hex(function, 1, 1)) {
-        return None;
-    }
-    let slot = u8::from_str_radix(slot, 16).ok()?;
-    let function = u8::from_str_radix(function, 16).ok()?;
-    if slot > 0x1f || function > 7 {
-        return None;
-    }
-    Some((
-        u32::from_str_radix(domain, 16).ok()?,
-        u8::from_str_radix(bus, 16).ok()?,
-        slot,
-        function,
-    ))
-}
-
 /// Lower-cases a UUID after checking its 8-4-4-4-12 shape, so nothing else reaches the XML.
 fn canonical_uuid(uuid: &str) -> Result<String, BadUuid> {
-    let groups: Vec<&str> = uuid.split('-').collect();
-    let shaped = groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(group, len)| group.len() == len && group.bytes().all(|b| b.is_ascii_hexdigit()));
-    if shaped {
-        Ok(uuid.to_ascii_lowercase())
-    } else {
-        Err(BadUuid {
+    vgpu_types::Uuid::parse(uuid)
+        .map(|parsed| parsed.to_string())
+        .map_err(|_| BadUuid {
             uuid: uuid.to_string(),
         })
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ pub const ROOT_PATH: &str = "/org/mdevmanager/VGpu1";
 /// The manager singleton.
 pub const MANAGER_PATH: &str = "/org/mdevmanager/VGpu1/Manager";
 /// Prefix of every error name the service sends.
-pub const ERROR_PREFIX: &str = "org.mdevmanager.VGpu1.Error";
+pub const ERROR_PREFIX: &str = vgpu_types::ErrorKind::DBUS_ERROR_PREFIX;
 
 /// Interface names.
 pub mod interface {

@@ -1,29 +1,16 @@
 //! PCI addresses as the hook meets them: libvirt's attribute form
 //! (`domain='0x0000' bus='0x3b' slot='0x00' function='0x4'`) and sysfs' BDF form
-//! (`0000:3b:00.4`).
+//! (`0000:3b:00.4`). The address type is the workspace's one [`PciAddress`] (`vgpu-types`,
+//! 32-bit domain for VMD); this module adds the libvirt attribute reader.
 
-use std::fmt;
-use std::str::FromStr;
-
-/// A PCI function address (domain, bus, device slot, function).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PciAddress {
-    /// PCI segment. Usually 0; VMD domains go above 0xffff, hence 32 bits.
-    pub domain: u32,
-    /// Bus number.
-    pub bus: u8,
-    /// Device slot, 0-31.
-    pub slot: u8,
-    /// Function, 0-7.
-    pub function: u8,
-}
+pub use vgpu_types::PciAddress;
 
 /// Why a PCI address was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PciAddressError {
     /// The text is not `DDDD:BB:SS.F`.
-    #[error("PCI address '{0}' is not in the form DDDD:BB:SS.F (e.g. 0000:3b:00.4)")]
-    Malformed(String),
+    #[error(transparent)]
+    Malformed(#[from] vgpu_types::PciAddressError),
     /// A libvirt address attribute is not a number in range.
     #[error("PCI address attribute {attribute}='{value}' is not a number in 0..={max:#x}")]
     BadAttribute {
@@ -36,26 +23,24 @@ pub enum PciAddressError {
     },
 }
 
-impl PciAddress {
-    /// Builds an address from libvirt's `<address domain= bus= slot= function=/>` attribute
-    /// values. libvirt writes hex with `0x`, and also accepts decimal; so do we. A missing
-    /// `domain` means 0 as in libvirt.
-    pub fn from_libvirt_attributes(
-        domain: Option<&str>,
-        bus: &str,
-        slot: &str,
-        function: &str,
-    ) -> Result<Self, PciAddressError> {
-        Ok(Self {
-            domain: match domain {
-                Some(text) => parse_number("domain", text, u32::MAX)?,
-                None => 0,
-            },
-            bus: narrow(parse_number("bus", bus, 0xff)?),
-            slot: narrow(parse_number("slot", slot, 0x1f)?),
-            function: narrow(parse_number("function", function, 0x7)?),
-        })
-    }
+/// Builds an address from libvirt's `<address domain= bus= slot= function=/>` attribute values.
+/// libvirt writes hex with `0x`, and also accepts decimal; so do we. A missing `domain` means 0
+/// as in libvirt.
+pub fn from_libvirt_attributes(
+    domain: Option<&str>,
+    bus: &str,
+    slot: &str,
+    function: &str,
+) -> Result<PciAddress, PciAddressError> {
+    let domain = match domain {
+        Some(text) => parse_number("domain", text, u32::MAX)?,
+        None => 0,
+    };
+    let bus = narrow(parse_number("bus", bus, 0xff)?);
+    let slot = narrow(parse_number("slot", slot, 0x1f)?);
+    let function = narrow(parse_number("function", function, 0x7)?);
+    // The slot and function were bounded above, so the address is in range.
+    Ok(PciAddress::new(domain, bus, slot, function)?)
 }
 
 /// Each caller bounds the value to 0xff or less first, so the narrowing cannot lose bits.
@@ -83,44 +68,6 @@ fn parse_number(attribute: &'static str, text: &str, max: u32) -> Result<u32, Pc
     }
 }
 
-impl FromStr for PciAddress {
-    type Err = PciAddressError;
-
-    /// Parses sysfs' `DDDD:BB:SS.F` (hex fields; the domain may be longer than 4 digits).
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let malformed = || PciAddressError::Malformed(text.to_owned());
-        let (domain, rest) = text.split_once(':').ok_or_else(malformed)?;
-        let (bus, rest) = rest.split_once(':').ok_or_else(malformed)?;
-        let (slot, function) = rest.split_once('.').ok_or_else(malformed)?;
-        let field = |part: &str, width: usize, max: u32| -> Result<u32, PciAddressError> {
-            let well_formed = !part.is_empty()
-                && part.len() <= width
-                && part.bytes().all(|b| b.is_ascii_hexdigit());
-            match well_formed.then(|| u32::from_str_radix(part, 16)) {
-                Some(Ok(value)) if value <= max => Ok(value),
-                _ => Err(malformed()),
-            }
-        };
-        Ok(Self {
-            domain: field(domain, 8, u32::MAX)?,
-            bus: narrow(field(bus, 2, 0xff)?),
-            slot: narrow(field(slot, 2, 0x1f)?),
-            function: narrow(field(function, 1, 0x7)?),
-        })
-    }
-}
-
-impl fmt::Display for PciAddress {
-    /// sysfs' form, `0000:3b:00.4`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:04x}:{:02x}:{:02x}.{:x}",
-            self.domain, self.bus, self.slot, self.function
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,15 +75,7 @@ mod tests {
     #[test]
     fn parses_and_prints_sysfs_form() {
         let address: PciAddress = "0000:3b:00.4".parse().unwrap();
-        assert_eq!(
-            address,
-            PciAddress {
-                domain: 0,
-                bus: 0x3b,
-                slot: 0,
-                function: 4
-            }
-        );
+        assert_eq!(address, PciAddress::new(0, 0x3b, 0, 4).unwrap());
         assert_eq!(address.to_string(), "0000:3b:00.4");
         let vmd: PciAddress = "10000:e1:1f.7".parse().unwrap();
         assert_eq!(vmd.to_string(), "10000:e1:1f.7");
@@ -155,28 +94,31 @@ mod tests {
             "0000:+3:00.0",
         ] {
             let error = text.parse::<PciAddress>().unwrap_err();
-            assert_eq!(error, PciAddressError::Malformed(text.to_owned()), "{text}");
+            assert_eq!(
+                error,
+                vgpu_types::PciAddressError::Malformed(text.to_owned()),
+                "{text}"
+            );
         }
     }
 
     #[test]
     fn parses_libvirt_attributes_in_hex_and_decimal() {
-        let hex =
-            PciAddress::from_libvirt_attributes(Some("0x0000"), "0x3b", "0x00", "0x4").unwrap();
-        let decimal = PciAddress::from_libvirt_attributes(None, "59", "0", "4").unwrap();
+        let hex = from_libvirt_attributes(Some("0x0000"), "0x3b", "0x00", "0x4").unwrap();
+        let decimal = from_libvirt_attributes(None, "59", "0", "4").unwrap();
         assert_eq!(hex, decimal);
         assert_eq!(hex.to_string(), "0000:3b:00.4");
     }
 
     #[test]
     fn refuses_out_of_range_libvirt_attributes_naming_the_attribute() {
-        let error = PciAddress::from_libvirt_attributes(None, "0x3b", "0x20", "0x0").unwrap_err();
+        let error = from_libvirt_attributes(None, "0x3b", "0x20", "0x0").unwrap_err();
         assert_eq!(
             error.to_string(),
             "PCI address attribute slot='0x20' is not a number in 0..=0x1f"
         );
-        assert!(PciAddress::from_libvirt_attributes(None, "0x100", "0", "0").is_err());
-        assert!(PciAddress::from_libvirt_attributes(None, "0x3b", "0", "8").is_err());
-        assert!(PciAddress::from_libvirt_attributes(None, "bus", "0", "0").is_err());
+        assert!(from_libvirt_attributes(None, "0x100", "0", "0").is_err());
+        assert!(from_libvirt_attributes(None, "0x3b", "0", "8").is_err());
+        assert!(from_libvirt_attributes(None, "bus", "0", "0").is_err());
     }
 }

@@ -587,7 +587,7 @@ fn hostdev_source(
         },
         HostdevKind::Pci => match (get(b"bus"), get(b"slot"), get(b"function")) {
             (Some(bus), Some(slot), Some(function)) => {
-                PciAddress::from_libvirt_attributes(get(b"domain"), bus, slot, function)
+                crate::pci::from_libvirt_attributes(get(b"domain"), bus, slot, function)
                     .map(|address| {
                         Some(HostdevRef::Pci {
                             address,
@@ -720,7 +720,7 @@ fn metadata_entry(
                 entry.pci_address = Some(value.trim().parse::<PciAddress>().map_err(|source| {
                     PlanError::BadPciAddress {
                         element: format!("{element} pci_address"),
-                        source,
+                        source: source.into(),
                     }
                 })?)
             }

@@ -136,7 +136,7 @@ impl Engine {
         // Every UUID is fixed up front so the intent can name it.
         for request in &mut requests {
             if request.uuid.is_none() {
-                request.uuid = Some(uuid::Uuid::new_v4().to_string());
+                request.uuid = Some(crate::new_uuid().to_string());
             }
         }
         // Only UUIDs free now: a crash must never make reconcile remove an instance that was
@@ -240,7 +240,7 @@ impl Engine {
     ) -> Result<InstanceRecord, EngineError> {
         let uuid = match &request.uuid {
             Some(text) => names::parse_uuid(text)?,
-            None => uuid::Uuid::new_v4(),
+            None => crate::new_uuid(),
         };
         let key = uuid.to_string();
         for (name, value) in &request.attributes {
@@ -341,7 +341,7 @@ impl Engine {
         &self,
         ctx: &OperationContext,
         target: &CreateTarget,
-        uuid: &uuid::Uuid,
+        uuid: &crate::Uuid,
         mut record: InstanceRecord,
         attributes: &[(String, String)],
     ) -> Result<InstanceRecord, EngineError> {

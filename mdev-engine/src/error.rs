@@ -235,7 +235,7 @@ impl EngineError {
             | Self::ParentWaitTimedOut { .. } => ErrorKind::TimedOut,
             Self::Cancelled { .. } => ErrorKind::Cancelled,
             Self::TooManyStuckWrites { .. } => ErrorKind::Busy,
-            Self::Sysfs { source, .. } => ErrorKind::from_io(source),
+            Self::Sysfs { source, .. } => mdev_host::error::kind_of_io(source),
             Self::Discovery(error) => error.kind(),
             Self::Command(error) => error.kind(),
             Self::VendorTool { .. } => ErrorKind::Failed,
@@ -245,5 +245,19 @@ impl EngineError {
             Self::Batch { source, .. } => source.kind(),
             Self::Apply(error) => error.kind(),
         }
+    }
+}
+
+/// A malformed PCI address is bad input, reported as the name error it has always been.
+impl From<vgpu_types::PciAddressError> for EngineError {
+    fn from(error: vgpu_types::PciAddressError) -> Self {
+        EngineError::Name(error.into())
+    }
+}
+
+/// A malformed UUID is bad input, reported as the name error it has always been.
+impl From<vgpu_types::UuidError> for EngineError {
+    fn from(error: vgpu_types::UuidError) -> Self {
+        EngineError::Name(error.into())
     }
 }

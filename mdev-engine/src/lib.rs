@@ -78,12 +78,18 @@ pub use mdev_host::discovery::{
 pub use mdev_host::error::ErrorKind;
 pub use mdev_host::events::{HostEvent, HostEventAction, HostEvents};
 pub use mdev_host::holders::Holder;
+pub use vgpu_types::Uuid;
 
 use self::create::check_scheduling;
 use self::error::rollback_note;
 use crate::lifecycle::{BoundedWriter, Host};
 use crate::state::{InstanceRecord, StateFile};
 use mdev_host::HostFs;
+
+/// A fresh random (version 4) UUID for an instance created without one.
+pub(crate) fn new_uuid() -> Uuid {
+    Uuid::from_bytes(uuid::Uuid::new_v4().into_bytes())
+}
 
 /// The engine. Cheap to share (`Arc<Engine>`); every method takes `&self`.
 #[derive(Debug)]

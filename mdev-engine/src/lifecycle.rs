@@ -283,7 +283,7 @@ impl Host {
     }
 
     /// Refuses when a process holds the mdev's group node or cdev.
-    pub fn check_mdev_not_held(&self, uuid: &uuid::Uuid) -> Result<(), EngineError> {
+    pub fn check_mdev_not_held(&self, uuid: &crate::Uuid) -> Result<(), EngineError> {
         let dir = layout::mdev_device(uuid);
         let group = discovery::iommu_group_of(self.fs.as_ref(), &dir);
         let cdev = discovery::list_sorted(self.fs.as_ref(), &dir.join("vfio-dev"))
@@ -312,7 +312,7 @@ impl Host {
         &self,
         parent: &str,
         type_id: &str,
-        uuid: &uuid::Uuid,
+        uuid: &crate::Uuid,
         attributes: &[(String, String)],
     ) -> Result<(), EngineError> {
         self.echoes.around(EchoKind::Added, &uuid.to_string(), || {
@@ -339,7 +339,7 @@ impl Host {
     }
 
     /// Removes an mdev after checking nobody holds it.
-    pub fn remove_mdev(&self, uuid: &uuid::Uuid) -> Result<(), EngineError> {
+    pub fn remove_mdev(&self, uuid: &crate::Uuid) -> Result<(), EngineError> {
         self.check_mdev_not_held(uuid)?;
         self.echoes
             .around(EchoKind::Removed, &uuid.to_string(), || {

@@ -97,7 +97,7 @@ impl Engine {
     pub fn define_mdev(&self, definition: MdevDefinition) -> Result<InstanceInfo, EngineError> {
         let uuid = match &definition.uuid {
             Some(text) => names::parse_uuid(text)?,
-            None => uuid::Uuid::new_v4(),
+            None => crate::new_uuid(),
         };
         let key = uuid.to_string();
         let parent = ParentName::new(&definition.parent)?;

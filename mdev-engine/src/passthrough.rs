@@ -285,9 +285,9 @@ impl Engine {
                 MemberRole::Gpu
             } else if class >> 8 == PCI_CLASS_BRIDGE_PCI {
                 MemberRole::Bridge
-            } else if address.domain == gpu.domain
-                && address.bus == gpu.bus
-                && address.device == gpu.device
+            } else if address.domain() == gpu.domain()
+                && address.bus() == gpu.bus()
+                && address.device() == gpu.device()
                 && is_card_function_class(class)
             {
                 MemberRole::Function

@@ -107,7 +107,7 @@ impl ScheduleError {
             Self::Software(_) => ErrorKind::InvalidArgs,
             Self::UnknownParent { .. } => ErrorKind::NotFound,
             Self::NotManaged { .. } => ErrorKind::NotSupported,
-            Self::Write { source, .. } => ErrorKind::from_io(source),
+            Self::Write { source, .. } => mdev_host::error::kind_of_io(source),
         }
     }
 }

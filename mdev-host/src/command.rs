@@ -114,7 +114,7 @@ impl CommandError {
     pub fn kind(&self) -> crate::error::ErrorKind {
         match self {
             Self::NotInstalled { .. } => crate::error::ErrorKind::NotSupported,
-            Self::Spawn { source, .. } => crate::error::ErrorKind::from_io(source),
+            Self::Spawn { source, .. } => crate::error::kind_of_io(source),
             Self::TimedOut { .. } => crate::error::ErrorKind::TimedOut,
             Self::Cancelled { .. } => crate::error::ErrorKind::Cancelled,
             Self::Failed { .. } => crate::error::ErrorKind::Failed,

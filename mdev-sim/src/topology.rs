@@ -317,70 +317,8 @@ fn default_device_api() -> String {
     "vfio-pci".to_string()
 }
 
-/// A parsed PCI address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PciAddress {
-    /// Domain.
-    pub domain: u16,
-    /// Bus.
-    pub bus: u8,
-    /// Device (slot), 0..32.
-    pub device: u8,
-    /// Function, 0..8.
-    pub function: u8,
-}
-
-impl PciAddress {
-    /// Parses `DDDD:BB:DD.F` (lower- or upper-case hex).
-    pub fn parse(text: &str) -> Option<Self> {
-        let bytes = text.as_bytes();
-        if bytes.len() != 12 || bytes[4] != b':' || bytes[7] != b':' || bytes[10] != b'.' {
-            return None;
-        }
-        let hex = |s: &str| -> Option<u32> {
-            if s.bytes().all(|b| b.is_ascii_hexdigit()) {
-                u32::from_str_radix(s, 16).ok()
-            } else {
-                None
-            }
-        };
-        let domain = u16::try_from(hex(&text[0..4])?).ok()?;
-        let bus = u8::try_from(hex(&text[5..7])?).ok()?;
-        let device = u8::try_from(hex(&text[8..10])?).ok()?;
-        let function = u8::try_from(hex(&text[11..12])?).ok()?;
-        (device < 32 && function < 8).then_some(Self {
-            domain,
-            bus,
-            device,
-            function,
-        })
-    }
-
-    /// The 16-bit routing id (bus << 8 | devfn).
-    pub fn routing_id(self) -> u16 {
-        (u16::from(self.bus) << 8) | (u16::from(self.device) << 3) | u16::from(self.function)
-    }
-
-    /// The address of a routing id in the same domain.
-    pub fn from_routing_id(domain: u16, rid: u16) -> Self {
-        Self {
-            domain,
-            bus: (rid >> 8) as u8,
-            device: ((rid >> 3) & 0x1f) as u8,
-            function: (rid & 7) as u8,
-        }
-    }
-}
-
-impl std::fmt::Display for PciAddress {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{:04x}:{:02x}:{:02x}.{:x}",
-            self.domain, self.bus, self.device, self.function
-        )
-    }
-}
+/// A PCI address: the workspace's one definition (`vgpu-types`, through the host crate).
+pub use mdev_host::discovery::names::PciAddress;
 
 /// Maps an errno name from a topology file to its number.
 pub(crate) fn errno_from_name(name: &str) -> Option<i32> {
@@ -472,7 +410,7 @@ impl Topology {
         let mut addresses = BTreeSet::new();
         for device in &self.pci_devices {
             let address = PciAddress::parse(&device.bdf)
-                .ok_or_else(|| TopologyError::BadPciAddress(device.bdf.clone()))?;
+                .map_err(|_| TopologyError::BadPciAddress(device.bdf.clone()))?;
             if address.to_string() != device.bdf {
                 return Err(invalid(
                     &device.bdf,
@@ -487,7 +425,7 @@ impl Topology {
             }
             if let Some(bridge) = &device.bridge {
                 PciAddress::parse(bridge)
-                    .ok_or_else(|| TopologyError::BadPciAddress(bridge.clone()))?;
+                    .map_err(|_| TopologyError::BadPciAddress(bridge.clone()))?;
             }
             if self.iommu && device.iommu_group.is_none() {
                 return Err(invalid(
@@ -598,7 +536,7 @@ impl Topology {
                 }
                 (None, Some(bdf)) => {
                     let address = PciAddress::parse(bdf)
-                        .ok_or_else(|| TopologyError::BadPciAddress(bdf.clone()))?;
+                        .map_err(|_| TopologyError::BadPciAddress(bdf.clone()))?;
                     if !addresses.contains(&address) {
                         return Err(TopologyError::Undefined {
                             from: parent.name.clone(),
@@ -745,9 +683,9 @@ mod tests {
             PciAddress::from_routing_id(1, gpu.routing_id() + 2 + 8).to_string(),
             "0001:04:01.2"
         );
-        assert!(PciAddress::parse("0000:01:20.0").is_none());
-        assert!(PciAddress::parse("0000:01:00.8").is_none());
-        assert!(PciAddress::parse("../../x").is_none());
+        assert!(PciAddress::parse("0000:01:20.0").is_err());
+        assert!(PciAddress::parse("0000:01:00.8").is_err());
+        assert!(PciAddress::parse("../../x").is_err());
     }
 
     #[test]

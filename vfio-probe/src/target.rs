@@ -92,38 +92,25 @@ impl FromStr for Target {
     }
 }
 
+/// Only the hyphenated form (the workspace's one UUID rule): it is the one sysfs uses, and a
+/// bare 32-digit string is more likely a typo than a UUID.
 fn parse_uuid(text: &str) -> Option<String> {
-    // Only the hyphenated form: it is the one sysfs uses, and a bare 32-digit string is more
-    // likely a typo than a UUID.
-    if text.len() != 36 {
-        return None;
-    }
-    uuid::Uuid::try_parse(text)
+    vgpu_types::Uuid::parse(text)
         .ok()
-        .map(|uuid| uuid.hyphenated().to_string())
+        .map(|uuid| uuid.to_string())
 }
 
+/// The kernel's `DDDD:BB:DD.F` (the workspace's one PCI address rule), or `BB:DD.F` in domain 0
+/// as `lspci` prints it.
 fn parse_pci_address(text: &str) -> Option<String> {
-    let parts: Vec<&str> = text.split(':').collect();
-    let (domain, bus, slot_function) = match parts.as_slice() {
-        [domain, bus, rest] => (*domain, *bus, *rest),
-        [bus, rest] => ("0000", *bus, *rest),
-        _ => return None,
+    let full = if text.matches(':').count() == 1 {
+        format!("0000:{text}")
+    } else {
+        text.to_owned()
     };
-    let (slot, function) = slot_function.split_once('.')?;
-    let hex = |s: &str, digits: usize| {
-        (s.len() == digits && s.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| u32::from_str_radix(s, 16).ok())
-            .flatten()
-    };
-    let domain = hex(domain, 4)?;
-    let bus = hex(bus, 2)?;
-    let slot = hex(slot, 2).filter(|slot| *slot <= 0x1f)?;
-    let function = (function.len() == 1)
-        .then(|| function.parse::<u32>().ok())
-        .flatten()
-        .filter(|f| *f <= 7)?;
-    Some(format!("{domain:04x}:{bus:02x}:{slot:02x}.{function}"))
+    vgpu_types::PciAddress::parse(&full)
+        .ok()
+        .map(|address| address.to_string())
 }
 
 /// Where a target lives in sysfs, resolved under a root.

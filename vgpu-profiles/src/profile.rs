@@ -7,6 +7,7 @@ use crate::vendor::{Isolation, Resolution, Vendor, GIB, MIB};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use toml::Spanned;
+pub use vgpu_types::{PciAddress, Weight};
 
 /// Why a profile or a profile file is not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,9 +49,6 @@ pub enum ValueError {
     /// A size is not a number with a binary unit.
     #[error("invalid size {0:?}: use a whole number with a unit, e.g. `512MiB`, `18GiB`, `4M`")]
     Size(String),
-    /// A weight is outside 1..=10000.
-    #[error("weight {0} is outside 1..=10000")]
-    Weight(u32),
     /// A share is outside 1..=100 percent.
     #[error("share {0} is outside 1..=100 percent")]
     Percent(u32),
@@ -66,9 +64,6 @@ pub enum ValueError {
     /// A PCI class is not 2, 4 or 6 hex digits.
     #[error("invalid PCI class {0:?}: use 2, 4 or 6 hex digits, e.g. `03` or `0302`")]
     PciClass(String),
-    /// A PCI address is not `DDDD:BB:DD.F`.
-    #[error("invalid PCI address {0:?}: use `DDDD:BB:DD.F`, e.g. `0000:3b:00.0`")]
-    PciAddress(String),
 }
 
 /// A validated profile name: `[a-z0-9][a-z0-9._-]{0,62}`.
@@ -176,43 +171,6 @@ impl fmt::Display for ByteSize {
             }
         }
         write!(f, "{}B", self.0)
-    }
-}
-
-/// A scheduling weight, 1..=10000 (cgroup `cpu.weight` convention; 100 is the default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "u32", into = "u32")]
-pub struct Weight(u32);
-
-impl Weight {
-    /// The default weight.
-    pub const DEFAULT: Weight = Weight(100);
-
-    /// Validates a weight.
-    pub fn new(weight: u32) -> Result<Weight, ValueError> {
-        if (1..=10_000).contains(&weight) {
-            Ok(Weight(weight))
-        } else {
-            Err(ValueError::Weight(weight))
-        }
-    }
-
-    /// The weight.
-    pub fn get(self) -> u32 {
-        self.0
-    }
-}
-
-impl TryFrom<u32> for Weight {
-    type Error = ValueError;
-    fn try_from(weight: u32) -> Result<Self, Self::Error> {
-        Weight::new(weight)
-    }
-}
-
-impl From<Weight> for u32 {
-    fn from(weight: Weight) -> u32 {
-        weight.0
     }
 }
 
@@ -395,59 +353,6 @@ impl From<PciClass> for String {
     }
 }
 
-/// A PCI address `DDDD:BB:DD.F`, stored lower case.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct PciAddress(String);
-
-impl PciAddress {
-    /// Validates `DDDD:BB:DD.F` (device ≤ 0x1f, function ≤ 7).
-    pub fn new(text: &str) -> Result<PciAddress, ValueError> {
-        let fail = || ValueError::PciAddress(text.to_owned());
-        let hex = |s: &str, len: usize| {
-            (s.len() == len && s.chars().all(|c| c.is_ascii_hexdigit()))
-                .then(|| u32::from_str_radix(s, 16).ok())
-                .flatten()
-        };
-        let (domain, rest) = text.split_once(':').ok_or_else(fail)?;
-        let (bus, rest) = rest.split_once(':').ok_or_else(fail)?;
-        let (device, function) = rest.split_once('.').ok_or_else(fail)?;
-        let ok = hex(domain, 4).is_some()
-            && hex(bus, 2).is_some()
-            && hex(device, 2).is_some_and(|d| d <= 0x1f)
-            && hex(function, 1).is_some_and(|f| f <= 7);
-        if ok {
-            Ok(PciAddress(text.to_ascii_lowercase()))
-        } else {
-            Err(fail())
-        }
-    }
-
-    /// The address text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl TryFrom<String> for PciAddress {
-    type Error = ValueError;
-    fn try_from(text: String) -> Result<Self, Self::Error> {
-        PciAddress::new(&text)
-    }
-}
-
-impl From<PciAddress> for String {
-    fn from(address: PciAddress) -> String {
-        address.0
-    }
-}
-
-impl fmt::Display for PciAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 /// What compute a profile asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -537,7 +442,7 @@ impl DeviceMatch {
             && self
                 .pci_address
                 .as_ref()
-                .is_none_or(|a| a.as_str().eq_ignore_ascii_case(address))
+                .is_none_or(|a| PciAddress::parse(address).is_ok_and(|b| b == *a))
     }
 }
 

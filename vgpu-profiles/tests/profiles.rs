@@ -361,7 +361,7 @@ fn value_types() {
     assert!(!NamePattern::new("ab*ba").unwrap().matches("aba"));
     assert!(NamePattern::new(" ").is_err());
 
-    assert!(PciAddress::new("0000:3b:00.0").is_ok());
+    assert!(PciAddress::parse("0000:3b:00.0").is_ok());
     for bad in [
         "0000:3b:00",
         "000:3b:00.0",
@@ -369,7 +369,7 @@ fn value_types() {
         "0000:3b:00.8",
         "zzzz:3b:00.0",
     ] {
-        assert!(PciAddress::new(bad).is_err(), "{bad}");
+        assert!(PciAddress::parse(bad).is_err(), "{bad}");
     }
 }
 

@@ -29,4 +29,4 @@ pub use model::{
 };
 pub use plan::{Busy, Plan, PlannedInstance};
 pub use report::InstanceReport;
-pub use share::{Share, ShareError, Weight};
+pub use share::{Share, ShareError, Weight, WeightError};

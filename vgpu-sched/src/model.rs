@@ -176,7 +176,7 @@ impl InstanceSchedule {
             what: format!("{what} of {id}"),
             source,
         };
-        let weight = Weight::new(weight).map_err(|e| value("weight", e))?;
+        let weight = Weight::new(weight).map_err(|e| value("weight", e.into()))?;
         let share = |what: &str, ppm: u32| -> Result<Option<Share>, ModelError> {
             if ppm == 0 {
                 return Ok(None);

@@ -472,31 +472,15 @@ fn whole_over(count: u32) -> Share {
     Share::from_ppm(PPM_PER_WHOLE / count.max(1)).unwrap_or(Share::WHOLE)
 }
 
-/// Checks `dddd:bb:dd.f` (lowercase hex): the address ends up inside a quoted modprobe option,
-/// so nothing else may get through.
+/// Checks `dddd:bb:dd.f` in the kernel's lower-case spelling (the workspace's one
+/// [`vgpu_types::PciAddress`] rule): the address ends up inside a quoted modprobe option, so
+/// nothing else may get through.
 fn check_pci_address(text: &str) -> Result<(), NvidiaError> {
-    let bytes = text.as_bytes();
-    let hex = |range: std::ops::Range<usize>| {
-        bytes[range]
-            .iter()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
-    };
-    let ok = bytes.len() == 12
-        && bytes[4] == b':'
-        && bytes[7] == b':'
-        && bytes[10] == b'.'
-        && hex(0..4)
-        && hex(5..7)
-        && hex(8..10)
-        && (b'0'..=b'7').contains(&bytes[11])
-        // Device numbers run 0x00..=0x1f.
-        && bytes[8] <= b'1';
-    if ok {
-        Ok(())
-    } else {
-        Err(NvidiaError::NotAPciAddress {
+    match vgpu_types::PciAddress::parse(text) {
+        Ok(address) if address.to_string() == text => Ok(()),
+        _ => Err(NvidiaError::NotAPciAddress {
             parent: text.to_owned(),
-        })
+        }),
     }
 }
 

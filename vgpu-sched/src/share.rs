@@ -1,4 +1,5 @@
 //! Shares of a GPU's time and per-instance weights: the two numbers every other module speaks.
+//! [`Weight`] is the workspace's one definition, from `vgpu-types`.
 //!
 //! A [`Share`] is kept in parts per million (ppm) so that sums are exact integers: plans can
 //! promise "the busy instances get exactly 100%" without floating-point slack, and the D-Bus
@@ -8,6 +9,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+pub use vgpu_types::{Weight, WeightError};
 
 /// Parts per million in 100%.
 pub const PPM_PER_WHOLE: u32 = 1_000_000;
@@ -35,18 +37,9 @@ pub enum ShareError {
         /// The text given.
         text: String,
     },
-    /// A weight outside 1..=10000.
-    #[error("weight {weight} is outside {min}..={max}", min = Weight::MIN, max = Weight::MAX)]
-    WeightOutOfRange {
-        /// The weight given.
-        weight: u64,
-    },
-    /// Text that is not a whole number.
-    #[error("{text:?} is not a weight (a whole number {min}..={max})", min = Weight::MIN, max = Weight::MAX)]
-    NotAWeight {
-        /// The text given.
-        text: String,
-    },
+    /// A weight outside 1..=10000 or not a number.
+    #[error(transparent)]
+    Weight(#[from] WeightError),
 }
 
 impl Share {
@@ -160,74 +153,6 @@ impl FromStr for Share {
     }
 }
 
-/// A proportional weight, 1..=10000, default 100 (the cgroup v2 `cpu.weight` convention).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "u32", into = "u32")]
-pub struct Weight(u32);
-
-impl Weight {
-    /// Smallest weight.
-    pub const MIN: u32 = 1;
-    /// Largest weight.
-    pub const MAX: u32 = 10_000;
-    /// The default weight.
-    pub const DEFAULT: Weight = Weight(100);
-
-    /// A weight in 1..=10000.
-    pub fn new(weight: u32) -> Result<Self, ShareError> {
-        if (Self::MIN..=Self::MAX).contains(&weight) {
-            Ok(Weight(weight))
-        } else {
-            Err(ShareError::WeightOutOfRange {
-                weight: weight.into(),
-            })
-        }
-    }
-
-    /// The number.
-    pub fn get(self) -> u32 {
-        self.0
-    }
-}
-
-impl Default for Weight {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
-
-impl TryFrom<u32> for Weight {
-    type Error = ShareError;
-    fn try_from(weight: u32) -> Result<Self, Self::Error> {
-        Weight::new(weight)
-    }
-}
-
-impl From<Weight> for u32 {
-    fn from(weight: Weight) -> u32 {
-        weight.0
-    }
-}
-
-impl fmt::Display for Weight {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl FromStr for Weight {
-    type Err = ShareError;
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let weight: u64 = text.trim().parse().map_err(|_| ShareError::NotAWeight {
-            text: text.to_owned(),
-        })?;
-        match u32::try_from(weight) {
-            Ok(weight) => Weight::new(weight),
-            Err(_) => Err(ShareError::WeightOutOfRange { weight }),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,28 +198,6 @@ mod tests {
         assert_eq!(Share::from_percent(100).unwrap(), Share::WHOLE);
         assert_eq!(Share::WHOLE.checked_add(Share(1)), None);
         assert_eq!(Share(3).saturating_sub(Share(5)), Share::ZERO);
-    }
-
-    #[test]
-    fn weight_range_is_cgroup_v2() {
-        assert!(Weight::new(0).is_err());
-        assert!(Weight::new(10_001).is_err());
-        assert_eq!(Weight::new(1).unwrap().get(), 1);
-        assert_eq!(Weight::new(10_000).unwrap().get(), 10_000);
-        assert_eq!(Weight::default().get(), 100);
-        assert_eq!("300".parse::<Weight>().unwrap().get(), 300);
-        assert_eq!(
-            "0".parse::<Weight>().unwrap_err().to_string(),
-            "weight 0 is outside 1..=10000"
-        );
-        assert!(matches!(
-            "lots".parse::<Weight>(),
-            Err(ShareError::NotAWeight { .. })
-        ));
-        assert!(matches!(
-            "99999999999".parse::<Weight>(),
-            Err(ShareError::WeightOutOfRange { .. })
-        ));
     }
 
     #[test]

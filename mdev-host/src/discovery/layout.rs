@@ -46,7 +46,7 @@ pub fn mdev_type(parent: &str, type_id: &str) -> PathBuf {
 }
 
 /// `/sys/bus/mdev/devices/<uuid>`.
-pub fn mdev_device(uuid: &uuid::Uuid) -> PathBuf {
+pub fn mdev_device(uuid: &vgpu_types::Uuid) -> PathBuf {
     Path::new(MDEV_DEVICES).join(uuid.to_string())
 }
 

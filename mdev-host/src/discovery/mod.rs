@@ -167,7 +167,7 @@ impl DiscoveryError {
     /// The error class.
     pub fn kind(&self) -> crate::error::ErrorKind {
         match self {
-            Self::Read { source, .. } => crate::error::ErrorKind::from_io(source),
+            Self::Read { source, .. } => crate::error::kind_of_io(source),
             Self::Parse { .. } => crate::error::ErrorKind::Failed,
         }
     }
@@ -438,7 +438,7 @@ fn discover_mdevs(host: &dyn HostFs) -> Result<Vec<MdevDevice>, DiscoveryError> 
 }
 
 /// Reads one existing mdev; `None` when it does not exist.
-pub fn read_mdev(host: &dyn HostFs, uuid: &uuid::Uuid) -> Option<MdevDevice> {
+pub fn read_mdev(host: &dyn HostFs, uuid: &vgpu_types::Uuid) -> Option<MdevDevice> {
     let dir = layout::mdev_device(uuid);
     if !host.exists(&dir) {
         return None;

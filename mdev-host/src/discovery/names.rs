@@ -2,11 +2,6 @@
 //! write. Each constructor refuses what the kernel would never produce (and anything path-like),
 //! and the error names the value.
 
-use std::fmt;
-use std::str::FromStr;
-
-use serde::{Deserialize, Serialize};
-
 /// A name or value from input that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
@@ -47,93 +42,36 @@ impl NameError {
     }
 }
 
-/// Parses a UUID in the hyphenated 36-character form (any case), normalized to lower case by
-/// [`uuid::Uuid`]'s `Display`. Braced, URN and simple forms are refused: the kernel accepts only
-/// the hyphenated form and we never want two spellings of one device.
-pub fn parse_uuid(value: &str) -> Result<uuid::Uuid, NameError> {
-    let refuse = || NameError::Uuid {
-        value: value.to_owned(),
-    };
-    if value.len() != 36 {
-        return Err(refuse());
-    }
-    for (index, byte) in value.bytes().enumerate() {
-        let dash = matches!(index, 8 | 13 | 18 | 23);
-        if dash != (byte == b'-') || (!dash && !byte.is_ascii_hexdigit()) {
-            return Err(refuse());
-        }
-    }
-    uuid::Uuid::parse_str(value).map_err(|_| refuse())
+/// Parses a UUID in the hyphenated 36-character form (any case), printed in lower case.
+/// Braced, URN and simple forms are refused: the kernel accepts only the hyphenated form and we
+/// never want two spellings of one device. The rule is [`Uuid::parse`]'s; this names the error
+/// as the other name errors.
+pub fn parse_uuid(value: &str) -> Result<Uuid, NameError> {
+    Ok(Uuid::parse(value)?)
 }
 
-/// A PCI function address `dddd:bb:dd.f`, stored normalized (lower-case hex).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PciAddress {
-    /// PCI domain (segment).
-    pub domain: u16,
-    /// Bus number.
-    pub bus: u8,
-    /// Device number (0..=31).
-    pub device: u8,
-    /// Function number (0..=7).
-    pub function: u8,
+/// An mdev or domain UUID: the workspace's one definition, from `vgpu-types`.
+pub use vgpu_types::Uuid;
+
+/// A PCI function address `dddd:bb:dd.f`: the workspace's one definition, from `vgpu-types`.
+pub use vgpu_types::PciAddress;
+
+impl From<vgpu_types::UuidError> for NameError {
+    fn from(error: vgpu_types::UuidError) -> Self {
+        let vgpu_types::UuidError::Malformed(value) = error;
+        NameError::Uuid { value }
+    }
 }
 
-impl FromStr for PciAddress {
-    type Err = NameError;
-
-    fn from_str(value: &str) -> Result<Self, NameError> {
-        let refuse = || NameError::PciAddress {
-            value: value.to_owned(),
-        };
-        let bytes = value.as_bytes();
-        if bytes.len() != 12 || bytes[4] != b':' || bytes[7] != b':' || bytes[10] != b'.' {
-            return Err(refuse());
-        }
-        let hex = |range: std::ops::Range<usize>| -> Result<u32, NameError> {
-            let part = &value[range];
-            if !part.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(refuse());
+impl From<vgpu_types::PciAddressError> for NameError {
+    fn from(error: vgpu_types::PciAddressError) -> Self {
+        let value = match error {
+            vgpu_types::PciAddressError::Malformed(value) => value,
+            vgpu_types::PciAddressError::OutOfRange { device, function } => {
+                format!("{device:#04x}.{function}")
             }
-            u32::from_str_radix(part, 16).map_err(|_| refuse())
         };
-        let domain = hex(0..4)?;
-        let bus = hex(5..7)?;
-        let device = hex(8..10)?;
-        let function = hex(11..12)?;
-        if device > 0x1f || function > 7 {
-            return Err(refuse());
-        }
-        // The ranges above hold 4, 2, 2 and 1 hex digits, so the narrowing cannot truncate.
-        Ok(Self {
-            domain: domain as u16,
-            bus: bus as u8,
-            device: device as u8,
-            function: function as u8,
-        })
-    }
-}
-
-impl fmt::Display for PciAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:04x}:{:02x}:{:02x}.{:x}",
-            self.domain, self.bus, self.device, self.function
-        )
-    }
-}
-
-impl Serialize for PciAddress {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for PciAddress {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
+        NameError::PciAddress { value }
     }
 }
 

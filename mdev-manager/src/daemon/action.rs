@@ -43,7 +43,7 @@ impl IntoBusError for BusError {
 
 impl IntoBusError for ScheduleError {
     fn into_bus_error(self) -> BusError {
-        BusError::new(super::bus_kind(self.kind()), error_chain(&self))
+        BusError::new(self.kind(), error_chain(&self))
     }
 }
 

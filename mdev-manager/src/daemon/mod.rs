@@ -61,28 +61,10 @@ pub enum DaemonError {
     Name(#[source] single_instance::SingleInstanceError),
 }
 
-/// The daemon's one mapping of the engine's failure classes onto the D-Bus error kinds: 1:1,
-/// by name. (`NotAuthorized` has no engine class: only the daemon's polkit check raises it.)
-/// (A function, not a `From` impl: both enums live in other crates.)
-pub fn bus_kind(kind: mdev_engine::ErrorKind) -> ErrorKind {
-    match kind {
-        mdev_engine::ErrorKind::NotFound => ErrorKind::NotFound,
-        mdev_engine::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
-        mdev_engine::ErrorKind::InUse => ErrorKind::InUse,
-        mdev_engine::ErrorKind::NoCapacity => ErrorKind::NoCapacity,
-        mdev_engine::ErrorKind::InvalidArgs => ErrorKind::InvalidArgs,
-        mdev_engine::ErrorKind::NotSupported => ErrorKind::NotSupported,
-        mdev_engine::ErrorKind::Busy => ErrorKind::Busy,
-        mdev_engine::ErrorKind::TimedOut => ErrorKind::TimedOut,
-        mdev_engine::ErrorKind::Cancelled => ErrorKind::Cancelled,
-        mdev_engine::ErrorKind::Failed => ErrorKind::Failed,
-    }
-}
-
-/// Maps an engine failure onto the typed D-Bus error of its kind; the message is the whole
-/// cause chain on one line.
+/// Maps an engine failure onto the typed D-Bus error of its kind (the engine and the bus speak
+/// the one `vgpu_types::ErrorKind`); the message is the whole cause chain on one line.
 pub fn bus_error(error: &EngineError) -> BusError {
-    BusError::new(bus_kind(error.kind()), error_chain(error))
+    BusError::new(error.kind(), error_chain(error))
 }
 
 pub use vgpu_types::error_chain;

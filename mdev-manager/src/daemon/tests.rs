@@ -924,27 +924,25 @@ async fn the_metrics_snapshot_matches_the_exported_objects() {
     );
 }
 
-/// The daemon maps each class onto the D-Bus error of the same name (the one mapping is
-/// `daemon::bus_kind`); every class has a bus kind.
+/// The engine and the bus speak one error classification: an engine failure's kind is the
+/// kind of the D-Bus error it becomes, whose name is `org.mdevmanager.VGpu1.Error.<Kind>`.
 #[test]
 fn every_class_maps_to_the_dbus_error_of_its_name() {
-    let mut names: Vec<&str> = mdev_engine::ErrorKind::ALL
-        .iter()
-        .map(|kind| kind.name())
-        .collect();
+    let same_type = |kind: mdev_engine::ErrorKind| -> dbus_api::ErrorKind { kind };
     for kind in mdev_engine::ErrorKind::ALL {
-        let bus = crate::daemon::bus_kind(kind);
-        assert_eq!(bus.short_name(), kind.name());
+        let bus = dbus_api::BusError::new(same_type(kind), "m");
+        assert_eq!(bus.kind(), kind);
         assert_eq!(
-            bus.dbus_name(),
+            zbus::DBusError::name(&bus).to_string(),
             format!("org.mdevmanager.VGpu1.Error.{}", kind.name())
         );
+        assert_eq!(
+            bus.kind().dbus_name(),
+            zbus::DBusError::name(&bus).to_string()
+        );
     }
-    names.sort_unstable();
-    names.dedup();
-    assert_eq!(
-        names.len(),
-        mdev_engine::ErrorKind::ALL.len(),
-        "names are distinct"
-    );
+    let error = mdev_engine::EngineError::UnknownInstance {
+        uuid: "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001".into(),
+    };
+    assert_eq!(crate::daemon::bus_error(&error).kind(), error.kind());
 }

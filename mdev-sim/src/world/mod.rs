@@ -253,16 +253,16 @@ impl World {
         }
         for spec in &topology.pci_devices {
             // The topology was validated: the address parses.
-            let Some(address) = PciAddress::parse(&spec.bdf) else {
+            let Ok(address) = PciAddress::parse(&spec.bdf) else {
                 continue;
             };
             let root = format!(
                 "/sys/devices/pci{:04x}:{:02x}",
-                address.domain,
+                address.domain(),
                 spec.bridge
                     .as_deref()
-                    .and_then(PciAddress::parse)
-                    .map_or(address.bus, |b| b.bus)
+                    .and_then(|bridge| PciAddress::parse(bridge).ok())
+                    .map_or(address.bus(), PciAddress::bus)
             );
             let parent_dir = match &spec.bridge {
                 Some(bridge) => join(&root, bridge),

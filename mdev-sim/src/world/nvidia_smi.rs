@@ -53,7 +53,10 @@ impl World {
             let _ = writeln!(
                 out,
                 "GPU {:08X}:{:02X}:{:02X}.{:X}",
-                address.domain, address.bus, address.device, address.function
+                address.domain(),
+                address.bus(),
+                address.device(),
+                address.function()
             );
             field(&mut out, 4, "Active vGPUs", &vgpus.len().to_string());
             for (index, vgpu) in vgpus.iter().enumerate() {

@@ -296,7 +296,7 @@ impl World {
             + u32::from(sriov.spec.stride) * u32::from(index);
         u16::try_from(rid)
             .ok()
-            .map(|rid| PciAddress::from_routing_id(pf.address.domain, rid))
+            .map(|rid| PciAddress::from_routing_id(pf.address.domain(), rid))
     }
 
     pub(super) fn enable_vfs(&mut self, bdf: &str, count: u16) {
