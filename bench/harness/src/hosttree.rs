@@ -94,7 +94,9 @@ pub const SCALE_4096_TOPOLOGY: &str = "scale-4096";
 
 /// The 64 parents of [`SCALE_4096_TOPOLOGY`].
 pub fn scale_4096_parents() -> Vec<String> {
-    (0x40..0x80).map(|bus| format!("0000:{bus:02x}:00.0")).collect()
+    (0x40..0x80)
+        .map(|bus| format!("0000:{bus:02x}:00.0"))
+        .collect()
 }
 
 /// `count` persistent autostart create requests on [`SCALE_4096_TOPOLOGY`], round-robin over
@@ -131,7 +133,9 @@ pub fn build_tree<P: AsRef<str>>(
         Arc::new(DiskFiles::new(root)),
         EngineConfig::default(),
     )
-    .map_err(BenchError::setup(format!("the engine on the {topology} host")))?;
+    .map_err(BenchError::setup(format!(
+        "the engine on the {topology} host"
+    )))?;
     let count = requests.len();
     let instances = engine
         .create_batch(requests)
