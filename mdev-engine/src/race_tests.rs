@@ -629,12 +629,16 @@ fn set_attributes_racing_a_destroy_never_leaves_a_record_of_the_destroyed_instan
             })
             .unwrap();
         let (destroyed, set) = {
-            let (engine_d, engine_s, uuid) =
-                (Arc::clone(&engine), Arc::clone(&engine), uuid.clone());
+            let (engine_d, engine_s, uuid, uuid_s) = (
+                Arc::clone(&engine),
+                Arc::clone(&engine),
+                uuid.clone(),
+                uuid.clone(),
+            );
             race(
                 round,
                 move || engine_d.destroy(&uuid, DestroyOptions::default()),
-                move || engine_s.set_attributes(&uuid, vec![("a".into(), format!("{round}"))]),
+                move || engine_s.set_attributes(&uuid_s, vec![("a".into(), format!("{round}"))]),
             )
         };
         destroyed.unwrap_or_else(|error| panic!("round {round}: {error}"));
