@@ -100,14 +100,15 @@ pub fn scale_4096_parents() -> Vec<String> {
 }
 
 /// `count` persistent autostart create requests on [`SCALE_4096_TOPOLOGY`], round-robin over
-/// its 64 parents, alternating the types `simgpu-1` and `simgpu-2` on each parent (64 per
-/// parent for 4,096: 48 GiB of each 64 GiB pool, so every parent keeps room for more).
+/// its 64 parents, all of type `simgpu-1` (the benchmark profile's type: a parent running one
+/// time-sliced type refuses a profile of another unless mixed mode is on). 64 per parent for
+/// 4,096: 32 GiB of each 64 GiB pool, so every parent keeps room for more.
 pub fn scale_4096_requests(count: usize) -> Vec<CreateRequest> {
     let parents = scale_4096_parents();
     (0..count)
         .map(|i| {
             let parent = parents[i % parents.len()].clone();
-            let type_id = format!("simgpu-{}", (i / parents.len()) % 2 + 1);
+            let type_id = "simgpu-1".to_owned();
             let mut request = CreateRequest::new(CreateTarget::Mdev { parent, type_id });
             request.persistent = true;
             request.autostart = true;

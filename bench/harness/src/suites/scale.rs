@@ -153,7 +153,7 @@ pub fn run(env: &Env) -> Result<Section> {
         "{} cold starts of each kind, interleaved (order alternating); each start is a fresh \
          simulated `{SCALE_4096_TOPOLOGY}` host, so the {INSTANCES} instances are really created \
          by the start-up reconcile from `state.json` (written by the engine: 64 per parent, \
-         `simgpu-1` and `simgpu-2` alternating). After each start: one `vgpuctl --json list` \
+         all `simgpu-1`, the benchmark profile's type). After each start: one `vgpuctl --json list` \
          (checked to name all {INSTANCES} UUIDs), the memory reading, then {pairs_per_start} \
          timed `CreateInstances` (profile `{BENCH_PROFILE}`, parent `{parent}`) + \
          `Instance.Destroy` pairs after one untimed pair.",
