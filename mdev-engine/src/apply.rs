@@ -506,11 +506,16 @@ impl Engine {
                 .map(|destroy| destroy.instance.uuid.clone())
                 .collect();
             let force = plan.destroys.iter().any(|destroy| destroy.forced);
-            if let Err(error) = self.destroy_batch(&uuids, DestroyOptions { force }) {
-                let rollback_failures = self.recreate_destroyed(plan);
+            let mut destroyed = Vec::new();
+            if let Err(error) =
+                self.destroy_batch_tracked(&uuids, DestroyOptions { force }, &mut destroyed)
+            {
+                // Only what this apply removed comes back: a planned instance another call
+                // destroyed meanwhile (the reason the batch failed) stays destroyed.
+                let rollback_failures = self.recreate_destroyed(plan, &destroyed);
                 return Err(step_failed("removing instances", error, rollback_failures));
             }
-            report.destroyed = uuids;
+            report.destroyed = destroyed;
         }
 
         // 2. VF counts.
@@ -520,7 +525,7 @@ impl Engine {
                 self.set_num_vfs_with(ctx, &change.pf, change.to, DestroyOptions { force })
             {
                 let mut failures = self.undo_vf_counts(&plan.vf_counts[..index]);
-                failures.extend(self.recreate_destroyed(plan));
+                failures.extend(self.recreate_destroyed(plan, &report.destroyed));
                 return Err(step_failed(
                     &format!("setting {} VFs on {}", change.to, change.pf),
                     error,
@@ -569,7 +574,7 @@ impl Engine {
                 }
                 Err(error) => {
                     let mut failures = self.undo_vf_counts(&plan.vf_counts);
-                    failures.extend(self.recreate_destroyed(plan));
+                    failures.extend(self.recreate_destroyed(plan, &report.destroyed));
                     return Err(step_failed("creating instances", error, failures));
                 }
             }
@@ -592,7 +597,7 @@ impl Engine {
                     }
                 }
                 failures.extend(self.undo_vf_counts(&plan.vf_counts));
-                failures.extend(self.recreate_destroyed(plan));
+                failures.extend(self.recreate_destroyed(plan, &report.destroyed));
                 return Err(step_failed(
                     &format!("updating {}", update.uuid),
                     error,
@@ -631,13 +636,14 @@ impl Engine {
         failures
     }
 
-    /// Recreates, with their UUIDs, the planned destroys that are gone.
-    fn recreate_destroyed(&self, plan: &ApplyPlan) -> Vec<String> {
+    /// Recreates, with their UUIDs, the planned destroys this apply removed (`destroyed`)
+    /// that are still gone.
+    fn recreate_destroyed(&self, plan: &ApplyPlan, destroyed: &[String]) -> Vec<String> {
         let mut failures = Vec::new();
         let mut requests = Vec::new();
         for destroy in &plan.destroys {
             let info = &destroy.instance;
-            if self.instance(&info.uuid).is_ok() {
+            if !destroyed.contains(&info.uuid) || self.instance(&info.uuid).is_ok() {
                 continue;
             }
             if info.kind != InstanceKind::Mdev {

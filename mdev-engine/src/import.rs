@@ -110,6 +110,16 @@ pub fn parse_definition(path: &str, data: &[u8]) -> Result<ImportedDefinition, I
     })
 }
 
+/// What the insert of an imported definition found.
+enum Taken {
+    /// Inserted.
+    Imported,
+    /// The state knows the UUID (defined under another parent, or created meanwhile).
+    Known,
+    /// A create holds the UUID's reservation.
+    BeingCreated,
+}
+
 impl Engine {
     /// Imports mdevctl definitions (`/etc/mdevctl.d/<parent>/<uuid>`) as adopted persistent
     /// instances. Known UUIDs are skipped; bad files are reported, not fatal.
@@ -236,22 +246,31 @@ impl Engine {
             return;
         }
         // The same UUID may be defined under several parents (mdevctl allows it); the first
-        // (sorted) wins and the others are reported.
+        // (sorted) wins and the others are reported. A UUID a create has reserved (its device
+        // is being made right now) is the create's: checked and inserted under the state lock,
+        // which the create holds when it reserves, so the two never both take one UUID.
         let inserted = self.update_state(|state| {
             if state.has_instance(&key) {
-                false
+                Taken::Known
+            } else if lock(&self.reserved).contains(&key) {
+                Taken::BeingCreated
             } else {
                 state.insert_instance(record);
-                true
+                Taken::Imported
             }
         });
         match inserted {
-            Ok(true) => {
+            Ok(Taken::Imported) => {
                 report.imported.push(key.clone());
                 self.emit(EngineEvent::InstanceAdded { uuid: key });
             }
-            Ok(false) => report.problems.push(format!(
+            Ok(Taken::Known) if report.imported.contains(&key) => report.problems.push(format!(
                 "{shown}: UUID {key} is already defined under another parent"
+            )),
+            // Created (or imported by another call) since the check above: known, skipped.
+            Ok(Taken::Known) => report.skipped.push(key),
+            Ok(Taken::BeingCreated) => report.problems.push(format!(
+                "{shown}: UUID {key} is being created by another request; not imported"
             )),
             Err(error) => report.problems.push(format!("{shown}: {error}")),
         }

@@ -111,6 +111,9 @@ pub struct Engine {
     telemetry_cache: nvidia_telemetry::TelemetryCache,
     /// Concurrent state changes share one durable write (see `group_commit`).
     commits: group_commit::GroupCommit,
+    /// Held for a whole `/etc/mdevctl.d` sync, its read of the state to its last write (see
+    /// `mdevctl_mirror`), so an older pass never writes over a newer one.
+    pub(crate) mirror: Mutex<()>,
 }
 
 /// Locks a mutex, taking the data even if a panicking thread poisoned it: every critical
@@ -150,6 +153,7 @@ impl Engine {
             generation: std::sync::atomic::AtomicU64::new(0),
             telemetry_cache: Default::default(),
             commits: Default::default(),
+            mirror: Mutex::new(()),
         })
     }
 

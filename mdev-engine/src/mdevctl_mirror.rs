@@ -7,8 +7,11 @@
 //! the bytes written, in `<state dir>/mdevctl-mirror.json`; a definition file that exists and
 //! is not listed (mdevctl's own, or the admin's) is taken over only when it already holds the
 //! same bytes (an imported definition), else left alone and reported. Writes are atomic
-//! (`StateFiles::write_atomic`). A sync is one pass; the caller runs passes one at a time (the
-//! service runs them under its refresh lock).
+//! (`StateFiles::write_atomic`). A sync is one pass, and passes run one at a time: each holds
+//! the engine's mirror lock from its read of the state to its last write, so a pass that read
+//! an older state never writes after one that read a newer state. A persistence change
+//! followed by a sync therefore leaves the mirror in step with the state, whatever other passes
+//! run meanwhile (the service also runs them under its refresh lock).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,6 +58,7 @@ impl Engine {
     /// Brings `/etc/mdevctl.d` in step with the persistent mdev instances (see the module
     /// contract). Never fails: what cannot be done is in the report.
     pub fn sync_mdevctl_mirror(&self) -> MirrorReport {
+        let _one_pass = lock(&self.mirror);
         let mut report = MirrorReport::default();
         let manifest_path = self.config.state_dir.join(MANIFEST);
         let mut owned: BTreeMap<String, String> = match self.files.read(&manifest_path) {

@@ -269,3 +269,505 @@ fn a_definition_racing_a_create_of_the_same_uuid_lets_exactly_one_win() {
         assert!(!sim.mdev_uuids().contains(&uuid), "round {round}: cleanup");
     }
 }
+
+// ---- declarative apply, mdevctl import, attributes and the mdevctl mirror against the
+// ---- instance operations (issue 15 race tests)
+
+fn desired_on_mtty(profile: &str, count: u32) -> vgpu_profiles::desired::DesiredState {
+    vgpu_profiles::desired::DesiredState {
+        instances: vec![vgpu_profiles::desired::DesiredInstances {
+            parent: Some(MTTY.into()),
+            profile: profile.into(),
+            type_id: None,
+            count,
+            autostart: false,
+            weight: None,
+            min_share: None,
+            max_share: None,
+        }],
+        ..Default::default()
+    }
+}
+
+fn dual_on_mtty(count: usize) -> Vec<CreateRequest> {
+    vec![
+        CreateRequest::new(CreateTarget::Profile {
+            profile: "mtty-dual".into(),
+            parent: Some(MTTY.into()),
+        });
+        count
+    ]
+}
+
+fn mtty_create(uuid: &str) -> CreateRequest {
+    CreateRequest {
+        uuid: Some(uuid.into()),
+        ..CreateRequest::new(CreateTarget::Mdev {
+            parent: MTTY.into(),
+            type_id: MTTY_TYPE.into(),
+        })
+    }
+}
+
+/// Runs `first` and `second` on two threads released by one barrier. Both orders happen over
+/// the rounds: in even rounds `second` starts a few milliseconds after `first`, in odd rounds
+/// `first` starts a few milliseconds after `second` (0, 4 or 8 ms plus 1, by round).
+fn race<A, B>(
+    round: usize,
+    first: impl FnOnce() -> A + Send + 'static,
+    second: impl FnOnce() -> B + Send + 'static,
+) -> (A, B)
+where
+    A: Send + 'static,
+    B: Send + 'static,
+{
+    let lag = Duration::from_millis((round % 3) as u64 * 4 + 1);
+    let (lag_first, lag_second) = if round % 2 == 0 {
+        (Duration::ZERO, lag)
+    } else {
+        (lag, Duration::ZERO)
+    };
+    let barrier = Arc::new(Barrier::new(2));
+    let one = {
+        let barrier = Arc::clone(&barrier);
+        std::thread::spawn(move || {
+            barrier.wait();
+            std::thread::sleep(lag_first);
+            first()
+        })
+    };
+    let two = std::thread::spawn(move || {
+        barrier.wait();
+        std::thread::sleep(lag_second);
+        second()
+    });
+    (one.join().unwrap(), two.join().unwrap())
+}
+
+#[test]
+fn an_apply_racing_a_create_for_the_last_room_on_its_parent_lets_exactly_one_win() {
+    let sim = SimHost::builtin("samples").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine_on(&sim, dir.path());
+    // 10 dual-port instances take 20 of mtty's 24 ports: room for two more, not three.
+    let base: Vec<String> = engine
+        .create_batch(dual_on_mtty(10))
+        .unwrap()
+        .into_iter()
+        .map(|info| info.uuid)
+        .collect();
+    let _slow = sim.inject_fault(Fault::slow("*/mdev_supported_types/*/create", SLOW_WRITE));
+    for round in 0..12 {
+        let plan = engine
+            .plan_apply(&desired_on_mtty("mtty-dual", 12), false)
+            .unwrap();
+        assert_eq!(
+            (
+                plan.creates.len(),
+                plan.creates[0].count,
+                plan.destroys.len()
+            ),
+            (1, 2, 0),
+            "round {round}: {}",
+            plan.render()
+        );
+        let uuid = round_uuid(round);
+        let (applied, created) = {
+            let (engine_a, engine_c, uuid) =
+                (Arc::clone(&engine), Arc::clone(&engine), uuid.clone());
+            race(
+                round,
+                move || engine_a.apply_plan(&plan),
+                move || engine_c.create(mtty_create(&uuid)),
+            )
+        };
+        let on_host = sim.mdev_uuids();
+        match (&applied, &created) {
+            (Ok(_), Ok(_)) => panic!("round {round}: 6 ports granted where 4 were free"),
+            (Ok(report), Err(error)) => {
+                assert_eq!(
+                    error.kind(),
+                    ErrorKind::NoCapacity,
+                    "round {round}: {error}"
+                );
+                assert_eq!(report.created.len(), 2, "round {round}");
+                for made in &report.created {
+                    assert!(
+                        on_host.contains(made),
+                        "round {round}: {made} not on the host"
+                    );
+                }
+                assert!(
+                    !on_host.contains(&uuid),
+                    "round {round}: the loser's device"
+                );
+                assert!(
+                    engine.instance(&uuid).is_err(),
+                    "round {round}: loser known"
+                );
+            }
+            (Err(error), Ok(info)) => {
+                assert_eq!(
+                    error.kind(),
+                    ErrorKind::NoCapacity,
+                    "round {round}: {error}"
+                );
+                assert!(
+                    on_host.contains(&info.uuid),
+                    "round {round}: winner not on host"
+                );
+                // The apply rolled back whole: only the base and the create's instance.
+                assert_eq!(on_host.len(), base.len() + 1, "round {round}: {on_host:?}");
+            }
+            (Err(a), Err(c)) => panic!("round {round}: both failed: apply {a}; create {c}"),
+        }
+        assert_nothing_unmanaged(&engine, &sim, round);
+        for uuid in sim.mdev_uuids() {
+            if !base.contains(&uuid) {
+                engine.destroy(&uuid, DestroyOptions::default()).unwrap();
+            }
+        }
+        assert_eq!(sim.mdev_uuids().len(), base.len(), "round {round}: cleanup");
+    }
+}
+
+#[test]
+fn an_apply_racing_a_destroy_of_an_instance_it_removes_never_brings_it_back() {
+    let sim = SimHost::builtin("samples").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine_on(&sim, dir.path());
+    // The removal is the slow step of both the apply's destroys and the plain destroy.
+    let _slow = sim.inject_fault(Fault::slow("*/remove", SLOW_WRITE));
+    for round in 0..12 {
+        let pair: Vec<String> = engine
+            .create_batch(dual_on_mtty(2))
+            .unwrap()
+            .into_iter()
+            .map(|info| info.uuid)
+            .collect();
+        // The file wants single-port instances: both dual-port ones are planned for removal.
+        let plan = engine
+            .plan_apply(&desired_on_mtty("mtty", 2), false)
+            .unwrap();
+        assert_eq!(plan.destroys.len(), 2, "round {round}: {}", plan.render());
+        let target = pair[round % 2].clone();
+        let other = pair[1 - round % 2].clone();
+        let (applied, destroyed) = {
+            let (engine_a, engine_d, target) =
+                (Arc::clone(&engine), Arc::clone(&engine), target.clone());
+            race(
+                round,
+                move || engine_a.apply_plan(&plan),
+                move || engine_d.destroy(&target, DestroyOptions::default()),
+            )
+        };
+        let on_host = sim.mdev_uuids();
+        // Whoever removed it, the instance the destroy named is gone for good.
+        assert!(
+            !on_host.contains(&target),
+            "round {round}: {target} is back"
+        );
+        assert!(
+            engine.instance(&target).is_err(),
+            "round {round}: {target} is known again"
+        );
+        match (&applied, &destroyed) {
+            (Ok(_), Ok(())) => panic!("round {round}: {target} removed twice"),
+            (Ok(report), Err(error)) => {
+                assert_eq!(error.kind(), ErrorKind::NotFound, "round {round}: {error}");
+                assert!(error.to_string().contains(&target), "{error}");
+                assert_eq!(report.destroyed.len(), 2, "round {round}");
+                assert_eq!(report.created.len(), 2, "round {round}");
+                assert!(!on_host.contains(&other), "round {round}");
+            }
+            (Err(error), Ok(())) => {
+                assert_eq!(error.kind(), ErrorKind::NotFound, "round {round}: {error}");
+                // The apply changed nothing else: the other planned removal is still there.
+                assert!(on_host.contains(&other), "round {round}: {other} lost");
+                assert!(engine.instance(&other).is_ok(), "round {round}");
+                assert_eq!(on_host.len(), 1, "round {round}: {on_host:?}");
+            }
+            (Err(a), Err(d)) => panic!("round {round}: both failed: apply {a}; destroy {d}"),
+        }
+        assert_nothing_unmanaged(&engine, &sim, round);
+        for uuid in sim.mdev_uuids() {
+            engine.destroy(&uuid, DestroyOptions::default()).unwrap();
+        }
+    }
+}
+
+/// Writes mdevctl's definition of `uuid` (an mtty-2 instance) as mdevctl would.
+fn write_definition(root: &std::path::Path, uuid: &str, autostart: bool) -> std::path::PathBuf {
+    let dir = root.join("etc/mdevctl.d").join(MTTY);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(uuid);
+    std::fs::write(
+        &path,
+        crate::mdevctl_mirror::definition_text(MTTY_TYPE, autostart, &[]),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn an_import_racing_a_create_of_the_same_uuid_lets_exactly_one_take_it() {
+    let sim = SimHost::builtin("samples").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine_on(&sim, dir.path());
+    // The create's slow step is its sysfs write, between reserving the UUID and recording it.
+    let _slow = sim.inject_fault(Fault::slow("*/create", SLOW_WRITE));
+    for round in 0..12 {
+        let uuid = round_uuid(round);
+        let file = write_definition(dir.path(), &uuid, false);
+        let (created, imported) = {
+            let (engine_c, engine_i, uuid) =
+                (Arc::clone(&engine), Arc::clone(&engine), uuid.clone());
+            race(
+                round,
+                move || engine_c.create(mtty_create(&uuid)),
+                move || engine_i.import_mdevctl().unwrap(),
+            )
+        };
+        let took = imported.imported.contains(&uuid);
+        let known = engine.instance(&uuid).unwrap();
+        let on_host = sim.mdev_uuids().contains(&uuid);
+        match (&created, took) {
+            (Ok(_), true) => panic!("round {round}: {uuid} both created and imported"),
+            (Ok(_), false) => {
+                assert!(
+                    on_host && known.active && !known.persistent,
+                    "round {round}: {known:?}"
+                );
+                assert_eq!(known.owner, Some(Owner::CreatedByUs), "round {round}");
+                let mentioned = imported.skipped.contains(&uuid)
+                    || imported.problems.iter().any(|p| p.contains(&uuid));
+                assert!(mentioned, "round {round}: {imported:?}");
+            }
+            (Err(error), true) => {
+                assert_eq!(
+                    error.kind(),
+                    ErrorKind::AlreadyExists,
+                    "round {round}: {error}"
+                );
+                assert!(error.to_string().contains(&uuid), "{error}");
+                assert!(!on_host, "round {round}: imported only, yet on the host");
+                assert!(!known.active && known.persistent, "round {round}");
+                assert_eq!(known.owner, Some(Owner::Adopted), "round {round}");
+            }
+            (Err(error), false) => {
+                panic!("round {round}: neither took {uuid}: {error}; {imported:?}")
+            }
+        }
+        assert_nothing_unmanaged(&engine, &sim, round);
+        std::fs::remove_file(&file).unwrap();
+        engine.destroy(&uuid, DestroyOptions::default()).unwrap();
+        assert!(!sim.mdev_uuids().contains(&uuid), "round {round}: cleanup");
+    }
+}
+
+#[test]
+fn an_import_racing_a_destroy_of_the_same_uuid_ends_as_one_order_or_the_other() {
+    let sim = SimHost::builtin("samples").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine_on(&sim, dir.path());
+    let _slow = sim.inject_fault(Fault::slow("*/remove", SLOW_WRITE));
+    for round in 0..12 {
+        let uuid = round_uuid(round);
+        engine
+            .create(CreateRequest {
+                persistent: true,
+                ..mtty_create(&uuid)
+            })
+            .unwrap();
+        // mdevctl's own definition of the same instance (as after `mdevctl define`).
+        let file = write_definition(dir.path(), &uuid, false);
+        let (destroyed, imported) = {
+            let (engine_d, engine_i, uuid) =
+                (Arc::clone(&engine), Arc::clone(&engine), uuid.clone());
+            race(
+                round,
+                move || engine_d.destroy(&uuid, DestroyOptions::default()),
+                move || engine_i.import_mdevctl().unwrap(),
+            )
+        };
+        destroyed.unwrap_or_else(|error| panic!("round {round}: {error}"));
+        assert!(
+            !sim.mdev_uuids().contains(&uuid),
+            "round {round}: destroyed, yet on the host"
+        );
+        if imported.imported.contains(&uuid) {
+            // Destroy first, then the import took mdevctl's definition: a stopped definition.
+            let known = engine.instance(&uuid).unwrap();
+            assert!(
+                !known.active && known.persistent,
+                "round {round}: {known:?}"
+            );
+            assert_eq!(known.owner, Some(Owner::Adopted), "round {round}");
+        } else {
+            // Import first (the UUID was known, so skipped), then the destroy forgot it.
+            assert!(
+                imported.skipped.contains(&uuid),
+                "round {round}: {imported:?}"
+            );
+            assert!(
+                engine.instance(&uuid).is_err(),
+                "round {round}: still known"
+            );
+        }
+        assert_nothing_unmanaged(&engine, &sim, round);
+        std::fs::remove_file(&file).unwrap();
+        let _ = engine.destroy(&uuid, DestroyOptions::default());
+        assert!(engine.instance(&uuid).is_err(), "round {round}: cleanup");
+    }
+}
+
+#[test]
+fn set_attributes_racing_a_destroy_never_leaves_a_record_of_the_destroyed_instance() {
+    let sim = SimHost::builtin("samples").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine_on(&sim, dir.path());
+    let _slow = sim.inject_fault(Fault::slow("*/remove", SLOW_WRITE));
+    for round in 0..12 {
+        let uuid = round_uuid(round);
+        engine
+            .create(CreateRequest {
+                persistent: true,
+                ..mtty_create(&uuid)
+            })
+            .unwrap();
+        let (destroyed, set) = {
+            let (engine_d, engine_s, uuid, uuid_s) = (
+                Arc::clone(&engine),
+                Arc::clone(&engine),
+                uuid.clone(),
+                uuid.clone(),
+            );
+            race(
+                round,
+                move || engine_d.destroy(&uuid, DestroyOptions::default()),
+                move || engine_s.set_attributes(&uuid_s, vec![("a".into(), format!("{round}"))]),
+            )
+        };
+        destroyed.unwrap_or_else(|error| panic!("round {round}: {error}"));
+        if let Err(error) = &set {
+            // After the destroy: the instance is unknown, and the error names it.
+            assert_eq!(error.kind(), ErrorKind::NotFound, "round {round}: {error}");
+            assert!(error.to_string().contains(&uuid), "{error}");
+        }
+        // Either way the destroy is the last word: no record, no device, no attributes.
+        assert!(engine.instance(&uuid).is_err(), "round {round}: known");
+        assert!(!sim.mdev_uuids().contains(&uuid), "round {round}: on host");
+        assert!(
+            engine.instance_attributes().iter().all(|(u, _)| u != &uuid),
+            "round {round}: attributes of a destroyed instance"
+        );
+        assert_nothing_unmanaged(&engine, &sim, round);
+    }
+}
+
+/// State files whose writes and removals under `under` take `delay` (the mirror's writes),
+/// on the real disk.
+#[derive(Debug)]
+struct SlowFilesUnder {
+    inner: DiskFiles,
+    under: std::path::PathBuf,
+    delay: Duration,
+}
+
+impl SlowFilesUnder {
+    fn pause(&self, path: &std::path::Path) {
+        if path.starts_with(&self.under) {
+            std::thread::sleep(self.delay);
+        }
+    }
+}
+
+impl StateFiles for SlowFilesUnder {
+    fn read(&self, path: &std::path::Path) -> std::io::Result<Option<Vec<u8>>> {
+        self.inner.read(path)
+    }
+    fn write_atomic(&self, path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+        self.pause(path);
+        self.inner.write_atomic(path, data)
+    }
+    fn list(&self, dir: &std::path::Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+        self.inner.list(dir)
+    }
+    fn remove(&self, path: &std::path::Path) -> std::io::Result<()> {
+        self.pause(path);
+        self.inner.remove(path)
+    }
+}
+
+#[test]
+fn the_mdevctl_mirror_racing_a_persistence_change_ends_in_step_with_the_state() {
+    let sim = SimHost::builtin("samples").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig::default();
+    let files = SlowFilesUnder {
+        inner: DiskFiles::new(dir.path()),
+        under: config.mdevctl_dir.clone(),
+        delay: SLOW_WRITE,
+    };
+    let engine = Arc::new(Engine::new(Arc::new(sim.clone()), Arc::new(files), config).unwrap());
+    let uuid = round_uuid(0);
+    engine
+        .create(CreateRequest {
+            autostart: true,
+            ..mtty_create(&uuid)
+        })
+        .unwrap();
+    engine.sync_mdevctl_mirror();
+    let file = dir.path().join("etc/mdevctl.d").join(MTTY).join(&uuid);
+    // (persistent, autostart) in turn: toggled autostart, undefined, defined again.
+    let steps = [
+        (true, false),
+        (true, true),
+        (false, false),
+        (true, true),
+        (false, false),
+        (true, false),
+    ];
+    for round in 0..18 {
+        let (persistent, autostart) = steps[round % steps.len()];
+        let (changed, other_pass) = {
+            let (engine_c, engine_m, uuid) =
+                (Arc::clone(&engine), Arc::clone(&engine), uuid.clone());
+            race(
+                round,
+                move || {
+                    let info = engine_c.set_persistence(&uuid, persistent, autostart);
+                    // As the service does after every change.
+                    engine_c.sync_mdevctl_mirror();
+                    info
+                },
+                // Another call's sync, running meanwhile.
+                move || engine_m.sync_mdevctl_mirror(),
+            )
+        };
+        let info = changed.unwrap_or_else(|error| panic!("round {round}: {error}"));
+        assert!(
+            other_pass.problems.is_empty(),
+            "round {round}: {other_pass:?}"
+        );
+        assert_eq!((info.persistent, info.autostart), (persistent, autostart));
+        let on_disk = std::fs::read_to_string(&file).ok();
+        let wanted =
+            persistent.then(|| crate::mdevctl_mirror::definition_text(MTTY_TYPE, autostart, &[]));
+        assert_eq!(on_disk, wanted, "round {round}: the mirror is out of step");
+        let manifest: std::collections::BTreeMap<String, String> = serde_json::from_slice(
+            &std::fs::read(
+                dir.path()
+                    .join("var/lib/mdev-manager")
+                    .join(crate::mdevctl_mirror::MANIFEST),
+            )
+            .unwrap_or_else(|_| b"{}".to_vec()),
+        )
+        .unwrap();
+        assert_eq!(
+            manifest.len(),
+            usize::from(persistent),
+            "round {round}: the mirror's list {manifest:?}"
+        );
+    }
+}

@@ -22,6 +22,18 @@ impl Engine {
         uuids: &[String],
         options: DestroyOptions,
     ) -> Result<(), EngineError> {
+        self.destroy_batch_tracked(uuids, options, &mut Vec::new())
+    }
+
+    /// [`Engine::destroy_batch`] that adds to `destroyed` each UUID it removed (also when it
+    /// fails part-way), so a caller undoing it recreates only what this call removed, never an
+    /// instance another call destroyed meanwhile.
+    pub(crate) fn destroy_batch_tracked(
+        &self,
+        uuids: &[String],
+        options: DestroyOptions,
+        destroyed: &mut Vec<String>,
+    ) -> Result<(), EngineError> {
         let total = uuids.len();
         let mut keys = Vec::with_capacity(total);
         let mut seen = HashSet::with_capacity(total);
@@ -80,6 +92,7 @@ impl Engine {
                 Ok(parent) => {
                     // Forgotten in memory now, durably with the one save below.
                     lock(&self.state).remove_instance(key);
+                    destroyed.push(key.clone());
                     if let Some(record) = &record {
                         self.after_vf_change(record, true);
                     }

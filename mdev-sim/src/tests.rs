@@ -897,7 +897,7 @@ fn refused_pool_create_shows_up_as_add_then_remove() {
 
 #[test]
 fn every_file_reads_like_sysfs() {
-    for name in ["default", "samples", "scale", "ampere"] {
+    for name in ["default", "samples", "scale", "scale-4096", "ampere"] {
         let host = SimHost::builtin(name).unwrap();
         for (path, value) in host.read_all_files() {
             match value {

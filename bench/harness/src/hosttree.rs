@@ -86,24 +86,72 @@ pub struct InventoryTree {
 /// `root`), writes the host's sysfs as files and links under `root`, and the same instances as
 /// mdevctl definitions in `root/etc/mdevctl.d`.
 pub fn build_inventory_tree(root: &Path, count: usize) -> Result<InventoryTree> {
-    let sim = SimHost::builtin(SCALE_TOPOLOGY).map_err(BenchError::setup("the scale topology"))?;
+    build_tree(root, SCALE_TOPOLOGY, &SCALE_PARENTS, scale_requests(count))
+}
+
+/// The parents of the ten-times topology `scale-4096`: 64 GPUs on buses `0x40..=0x7f`.
+pub const SCALE_4096_TOPOLOGY: &str = "scale-4096";
+
+/// The 64 parents of [`SCALE_4096_TOPOLOGY`].
+pub fn scale_4096_parents() -> Vec<String> {
+    (0x40..0x80)
+        .map(|bus| format!("0000:{bus:02x}:00.0"))
+        .collect()
+}
+
+/// `count` persistent autostart create requests on [`SCALE_4096_TOPOLOGY`], round-robin over
+/// its 64 parents, all of type `simgpu-1` (the benchmark profile's type: a parent running one
+/// time-sliced type refuses a profile of another unless mixed mode is on). 64 per parent for
+/// 4,096: 32 GiB of each 64 GiB pool, so every parent keeps room for more.
+pub fn scale_4096_requests(count: usize) -> Vec<CreateRequest> {
+    let parents = scale_4096_parents();
+    (0..count)
+        .map(|i| {
+            let parent = parents[i % parents.len()].clone();
+            let type_id = "simgpu-1".to_owned();
+            let mut request = CreateRequest::new(CreateTarget::Mdev { parent, type_id });
+            request.persistent = true;
+            request.autostart = true;
+            request
+        })
+        .collect()
+}
+
+/// Creates `requests` on a fresh simulated `topology` host through the engine (state under
+/// `root`, in the engine's default state directory), writes the host's sysfs as files and
+/// links under `root`, and the same instances as mdevctl definitions in `root/etc/mdevctl.d`.
+/// `parents` are the parents whose types are counted.
+pub fn build_tree<P: AsRef<str>>(
+    root: &Path,
+    topology: &str,
+    parents: &[P],
+    requests: Vec<CreateRequest>,
+) -> Result<InventoryTree> {
+    let sim = SimHost::builtin(topology)
+        .map_err(BenchError::setup(format!("the {topology} topology")))?;
     let engine = Engine::new(
         Arc::new(sim.clone()),
         Arc::new(DiskFiles::new(root)),
         EngineConfig::default(),
     )
-    .map_err(BenchError::setup("the engine on the scale host"))?;
+    .map_err(BenchError::setup(format!(
+        "the engine on the {topology} host"
+    )))?;
+    let count = requests.len();
     let instances = engine
-        .create_batch(scale_requests(count))
+        .create_batch(requests)
         .map_err(BenchError::setup(format!(
-            "{count} instances on the scale host"
+            "{count} instances on the {topology} host"
         )))?;
     materialize(&sim, root)?;
     write_mdevctl_definitions(root, &instances)?;
     write_mdevctl_layout(root)?;
     let mut type_count = 0;
-    for parent in SCALE_PARENTS {
-        let dir = PathBuf::from(format!("/sys/class/mdev_bus/{parent}/mdev_supported_types"));
+    for parent in parents {
+        let dir = PathBuf::from(format!(
+            "/sys/class/mdev_bus/{}/mdev_supported_types",
+            parent.as_ref()
+        ));
         type_count += sim
             .list(&dir)
             .map_err(BenchError::io("cannot list (simulated)", &dir))?

@@ -2,7 +2,7 @@
 //! in one run and prints the results as Markdown (`scripts/bench` writes them to
 //! `bench/RESULTS.md`). Not a test: nothing here passes or fails on a time.
 //!
-//! Usage: `mdev-bench [--quick] [--only hook,inventory,lifecycle,footprint,exporter,apply] [--bin-dir DIR]`,
+//! Usage: `mdev-bench [--quick] [--only hook,inventory,lifecycle,footprint,exporter,apply,durable,scale] [--bin-dir DIR]`,
 //! or `mdev-bench guest [--rounds N] [--bin-dir DIR]` inside the VM tier's guest (`bench/vm/run`),
 //! or `mdev-bench tree DIR` to write the inventory tree of item 2 alone,
 //! or `mdev-bench cold-start --baseline FILE [--rounds N] [--bin-dir DIR]` to compare item 4's
@@ -23,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use crate::report::Section;
 use crate::suites::{Env, Rounds};
 
-const SUITES: [&str; 7] = [
+const SUITES: [&str; 8] = [
     "hook",
     "inventory",
     "lifecycle",
@@ -31,6 +31,7 @@ const SUITES: [&str; 7] = [
     "exporter",
     "apply",
     "durable",
+    "scale",
 ];
 
 /// `--bin-dir`, else the harness's own directory: it is built into the same target directory
@@ -156,6 +157,7 @@ fn main() -> Result<()> {
                 "exporter" => suites::exporter::run(&env),
                 "apply" => suites::apply::run(&env),
                 "durable" => suites::durable::run(&env),
+                "scale" => suites::scale::run(&env),
                 _ => suites::footprint::run(&env),
             }));
         let section = match result {

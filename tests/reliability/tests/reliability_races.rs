@@ -713,3 +713,88 @@ async fn job_cancel_vs_completion_ends_either_done_with_the_instance_or_cancelle
     }
     race.finish(rounds);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn apply_job_vs_destroy_of_an_instance_it_removes_never_brings_that_instance_back() {
+    let mut race = Race::new("apply vs destroy").await;
+    let mut signals = service_signals(&race.host.client).await;
+    // The removal is the slow step of both the apply's destroys and the plain destroy.
+    let _slow = race
+        .host
+        .sim
+        .inject_fault(Fault::slow("*/remove", SLOW_WRITE));
+    // The T4 described whole with one 4Q: both 2Q instances are planned for removal.
+    let document = format!(
+        "version = 1\n\n[[instances]]\nparent = \"{T4}\"\nprofile = \"nvidia-t4-4q\"\ncount = 1\n"
+    );
+    let rounds = rounds();
+    for round in 0..rounds {
+        let target = round_uuid(7, round);
+        let other = round_uuid(8, round);
+        race.create_t4(&target, false).await;
+        race.create_t4(&other, false).await;
+        let (apply_delay, destroy_delay) = stagger(round);
+        let apply = {
+            let manager = race.manager.clone();
+            let document = document.clone();
+            async move {
+                tokio::time::sleep(apply_delay).await;
+                manager
+                    .start_apply(&document, "toml", "", HashMap::new())
+                    .await
+            }
+        };
+        let destroy = {
+            let manager = race.manager.clone();
+            let target = target.clone();
+            async move {
+                tokio::time::sleep(destroy_delay).await;
+                manager.destroy_instances(&[&target], HashMap::new()).await
+            }
+        };
+        let (job, destroyed) = futures_util::future::join(apply, destroy).await;
+        let job = job.expect("StartApply");
+        let (result, message) = job_end(&mut signals, &job).await;
+        race.note(format!("apply {result} / destroy {}", outcome(&destroyed)));
+        let listed = race.instances().await;
+        let on_host = race.host.sim.mdev_uuids();
+        // Whoever removed it, the instance the destroy named stays gone.
+        if listed.contains_key(&target) || on_host.contains(&target) {
+            race.violation(
+                round,
+                format!("{target} is back (apply {result}: {message})"),
+            );
+        }
+        match (result.as_str(), &destroyed) {
+            // The destroy went first and the job planned after it (its plan removes only the
+            // other one), or the job removed both and the destroy found nothing.
+            ("done", destroyed) => {
+                if let Err(error) = destroyed {
+                    if error_name(error) != "NotFound" {
+                        race.violation(round, format!("the destroy after the apply got {error}"));
+                    }
+                }
+                if listed.contains_key(&other) || on_host.contains(&other) {
+                    race.violation(round, format!("apply done, yet {other} is there"));
+                }
+            }
+            // The job planned before the destroy and found its plan stale: it changed
+            // nothing, the other one stays.
+            ("failed", Ok(())) => {
+                if !listed.contains_key(&other) || !on_host.contains(&other) {
+                    race.violation(round, format!("apply failed, yet {other} is gone"));
+                }
+            }
+            (other_result, destroyed) => race.violation(
+                round,
+                format!(
+                    "apply {other_result} ({message}), destroy {}",
+                    outcome(destroyed)
+                ),
+            ),
+        }
+        race.check_host(round).await;
+        race.clean_up(round).await;
+    }
+    race.finish(rounds);
+}

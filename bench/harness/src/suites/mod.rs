@@ -8,6 +8,7 @@ pub mod guest;
 pub mod hook;
 pub mod inventory;
 pub mod lifecycle;
+pub mod scale;
 
 use std::path::{Path, PathBuf};
 
