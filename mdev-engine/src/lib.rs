@@ -78,6 +78,7 @@ pub use mdev_host::discovery::{
 pub use mdev_host::error::ErrorKind;
 pub use mdev_host::events::{HostEvent, HostEventAction, HostEvents};
 pub use mdev_host::holders::Holder;
+pub use vgpu_profiles::Catalog;
 pub use vgpu_types::Uuid;
 
 use self::create::check_scheduling;
@@ -132,9 +133,46 @@ impl Engine {
         files: Arc<dyn StateFiles>,
         config: EngineConfig,
     ) -> Result<Self, EngineError> {
+        Self::open(host, files, config, None)
+    }
+
+    /// Opens the engine with profiles loaded beforehand ([`Engine::load_catalog`], or any
+    /// [`Catalog`]) instead of loading them: for a process that opens many engines over the
+    /// same profiles (the model-based fuzz target opens one per input and after every
+    /// simulated crash). The catalog is shared, not copied. Everything else is as
+    /// [`Engine::new`]; [`Engine::reload_profiles`] still re-reads the profiles directory.
+    pub fn with_catalog(
+        host: Arc<dyn HostFs>,
+        files: Arc<dyn StateFiles>,
+        config: EngineConfig,
+        catalog: Arc<Catalog>,
+    ) -> Result<Self, EngineError> {
+        Self::open(host, files, config, Some(catalog))
+    }
+
+    /// The profiles [`Engine::new`] would load through `files`: the built-in catalog plus
+    /// `config.profiles_dir`'s `*.toml` files (a bad file is skipped with a warning). Only an
+    /// unreadable directory is an error.
+    pub fn load_catalog(
+        files: &dyn StateFiles,
+        config: &EngineConfig,
+    ) -> Result<Arc<Catalog>, EngineError> {
+        let loaded = profiles::ProfileSet::load(files, &config.profiles_dir, false)?;
+        Ok(loaded.catalog())
+    }
+
+    fn open(
+        host: Arc<dyn HostFs>,
+        files: Arc<dyn StateFiles>,
+        config: EngineConfig,
+        catalog: Option<Arc<Catalog>>,
+    ) -> Result<Self, EngineError> {
         let state = state::load(files.as_ref(), &config.state_dir)?;
         domain_index::rebuild(files.as_ref(), &config.state_dir, &state)?;
-        let profiles = profiles::ProfileSet::load(files.as_ref(), &config.profiles_dir, false)?;
+        let profiles = match catalog {
+            Some(catalog) => profiles::ProfileSet::from_catalog(catalog),
+            None => profiles::ProfileSet::load(files.as_ref(), &config.profiles_dir, false)?,
+        };
         let writer = BoundedWriter::new(Arc::clone(&host), config.write_timeout);
         Ok(Self {
             host: Host {

@@ -3,6 +3,7 @@
 //! concrete [`CreateTarget`] by `vgpu-profiles`' placement.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use vgpu_profiles::placement::{place, ExistingInstance, ParentState, PlacementOptions};
 use vgpu_profiles::vendor::{Isolation, OfferedType, PciIdentity, TypeSource};
@@ -14,10 +15,10 @@ use mdev_host::discovery::gpus::OtherGpu;
 use mdev_host::discovery::names::PciAddress;
 use mdev_host::discovery::{PciFunction, SriovPf};
 
-/// The loaded profiles.
+/// The loaded profiles (shared, not copied, with whoever handed them to the engine).
 #[derive(Debug, Default)]
 pub(crate) struct ProfileSet {
-    catalog: Catalog,
+    catalog: Arc<Catalog>,
 }
 
 /// What a profile resolved to.
@@ -95,7 +96,19 @@ impl ProfileSet {
             }
             catalog
         };
-        Ok(Self { catalog })
+        Ok(Self {
+            catalog: Arc::new(catalog),
+        })
+    }
+
+    /// Profiles loaded beforehand (see `Engine::with_catalog`).
+    pub(crate) fn from_catalog(catalog: Arc<Catalog>) -> Self {
+        Self { catalog }
+    }
+
+    /// The catalog, shared.
+    pub(crate) fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog)
     }
 
     /// The profile called `name`, if any.

@@ -117,6 +117,46 @@ fn profile_files_in_the_profiles_directory_add_profiles() {
 }
 
 #[test]
+fn an_engine_opened_with_a_prepared_catalog_uses_it_and_reload_reads_the_directory_again() {
+    let s = setup("samples");
+    let dir = s.dir.path().join("etc/mdev-manager/profiles.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("site.toml"),
+        "[[profile]]\nname = \"site-serial\"\ndescription = \"one serial port\"\nvendor = \"mtty\"\nisolation = \"time-sliced\"\n",
+    )
+    .unwrap();
+    let files: Arc<dyn StateFiles> = Arc::new(DiskFiles::new(s.dir.path()));
+    // What `new` loads: the built-in catalog plus the directory's file.
+    let loaded = Engine::load_catalog(files.as_ref(), &config()).unwrap();
+    assert!(loaded.get("site-serial").is_some());
+    assert_eq!(loaded.len(), Catalog::builtin().len() + 1);
+    let with_loaded = Engine::with_catalog(
+        Arc::new(s.sim.clone()),
+        Arc::clone(&files),
+        config(),
+        Arc::clone(&loaded),
+    )
+    .unwrap();
+    let with_new = Engine::new(Arc::new(s.sim.clone()), Arc::clone(&files), config()).unwrap();
+    assert_eq!(with_loaded.profiles(), with_new.profiles());
+    // The catalog handed in is used as it is: the directory is not read at open.
+    let engine = Engine::with_catalog(
+        Arc::new(s.sim.clone()),
+        Arc::clone(&files),
+        config(),
+        Arc::new(Catalog::builtin()),
+    )
+    .unwrap();
+    let error = engine.create(profile("site-serial")).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::NotFound, "{error}");
+    assert!(error.to_string().contains("site-serial"), "{error}");
+    assert_eq!(engine.reload_profiles().unwrap(), loaded.len());
+    let info = engine.create(profile("site-serial")).unwrap();
+    assert_eq!(info.parent, "mtty");
+}
+
+#[test]
 fn placement_policy_and_numa_preference_come_from_the_request_or_the_config() {
     // Default (pack): the second instance joins the first on its parent.
     let s = scale_with_profile(PlacementRequest::default());

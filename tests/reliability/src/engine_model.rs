@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use mdev_engine::state::StateFiles;
-use mdev_engine::{Engine, EngineConfig, InstanceInfo};
+use mdev_engine::{Catalog, Engine, EngineConfig, InstanceInfo};
 use mdev_host::{HostCommands, HostFs};
 use mdev_sim::{Fault, SimHost, Topology};
 
@@ -358,13 +358,22 @@ pub fn run(data: &[u8]) {
         files: Mutex::new(HashMap::new()),
         crash: Arc::clone(&crash),
     });
+    // The profiles are loaded once per process, the way `Engine::new` loads them (the state
+    // files hold no profiles directory: the built-in catalog), and shared by every engine.
+    static CATALOG: OnceLock<Result<Arc<Catalog>, String>> = OnceLock::new();
+    let catalog = match CATALOG.get_or_init(|| {
+        Engine::load_catalog(files.as_ref(), &config()).map_err(|error| error.to_string())
+    }) {
+        Ok(catalog) => catalog,
+        Err(error) => panic!("the profiles do not load: {error}"),
+    };
     let boot_capacity = capacity(&sim);
     let open = || -> Engine {
         let host = Arc::new(CrashHost {
             sim: sim.clone(),
             crash: Arc::clone(&crash),
         });
-        let engine = Engine::new(host, files.clone(), config())
+        let engine = Engine::with_catalog(host, files.clone(), config(), Arc::clone(catalog))
             .unwrap_or_else(|error| panic!("the engine does not open on its own state: {error}"));
         if let Err(error) = engine.reconcile() {
             panic!("reconcile failed: {error}");
