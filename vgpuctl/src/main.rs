@@ -429,9 +429,20 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 live: *live,
                 config: *config,
             };
-            let uuid = virsh::detach(&connection, domain, uuid, scope, options(&cli)).await?;
+            let detached = virsh::detach(&connection, domain, uuid, scope, options(&cli)).await?;
             if json {
-                return print_json(&serde_json::json!({ "uuid": uuid }));
+                return print_json(&serde_json::json!({
+                    "uuid": detached.uuid,
+                    "destroyed": detached.still_named_in.is_empty(),
+                    "still_named_in": detached.still_named_in,
+                }));
+            }
+            if !detached.still_named_in.is_empty() {
+                eprintln!(
+                    "instance {} kept: domain {domain} still names it in {}",
+                    detached.uuid,
+                    detached.still_named_in.join(" and ")
+                );
             }
         }
         Command::QemuArgs { target } => {
