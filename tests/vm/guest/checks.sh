@@ -663,8 +663,8 @@ expect_claim() {
 
 libvirt_attach_live() {
   local uuid group got
-  uuid="$(libvirt_vgpuctl attach vmtier-mtty mtty --live 2>&1)" ||
-    { echo "vgpuctl attach vmtier-mtty mtty --live: $uuid"; return 1; }
+  uuid="$(libvirt_vgpuctl attach vmtier-mtty mtty --live 2>/tmp/vmtier-attach.err)" ||
+    { echo "vgpuctl attach vmtier-mtty mtty --live: $uuid $(cat /tmp/vmtier-attach.err)"; return 1; }
   remember libvirt_live_mdev "$uuid"
   [ -d "/sys/bus/mdev/devices/$uuid" ] || { echo "attached $uuid, but there is no such mdev"; return 1; }
   domain_names_mdev vmtier-mtty "$uuid" || { echo "virsh dumpxml vmtier-mtty does not name $uuid"; return 1; }
@@ -691,8 +691,8 @@ libvirt_attach_config() {
   local uuid output state
   domain_xml vmtier-cfg "$(new_uuid)" "" "" >/tmp/vmtier-cfg.xml
   output="$(timeout 120 virsh -c qemu:///system define /tmp/vmtier-cfg.xml 2>&1)" || { echo "virsh define: $output"; return 1; }
-  uuid="$(libvirt_vgpuctl attach vmtier-cfg mtty --config 2>&1)" ||
-    { echo "vgpuctl attach vmtier-cfg mtty --config: $uuid"; return 1; }
+  uuid="$(libvirt_vgpuctl attach vmtier-cfg mtty --config 2>/tmp/vmtier-attach.err)" ||
+    { echo "vgpuctl attach vmtier-cfg mtty --config: $uuid $(cat /tmp/vmtier-attach.err)"; return 1; }
   remember libvirt_config_mdev "$uuid"
   state="$(timeout 60 virsh -c qemu:///system domstate vmtier-cfg)"
   [ "$state" = "shut off" ] || { echo "vmtier-cfg is '$state' after the attach, expected shut off"; return 1; }
