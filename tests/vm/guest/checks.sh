@@ -624,9 +624,11 @@ libvirt_domain_start() {
   local uuid output group got
   uuid="$(new_uuid)"
   remember libvirt_mdev "$uuid"
-  # A spare root port: q35 hot-plugs a PCIe device only into an empty root port (attach_live).
+  # Spare root ports: q35 hot-plugs a PCIe device only into an empty root port (attach_live),
+  # and libvirt puts the hostdev, the USB controller and the balloon on free ones first.
+  # (libvirt numbers a controller without an index from 0, which only pcie-root may take.)
   domain_xml vmtier-mtty "$(new_uuid)" "<vgpu:vgpu profile='mtty' uuid='$uuid'/>" "$(mdev_hostdev "$uuid")
-    <controller type='pci' model='pcie-root-port'/>" >/tmp/vmtier-mtty.xml
+    <controller type='pci' index='0' model='pcie-root'/>$(printf "\n    <controller type='pci' model='pcie-root-port'/>%.0s" 1 2 3 4 5)" >/tmp/vmtier-mtty.xml
   output="$(timeout 180 virsh -c qemu:///system create /tmp/vmtier-mtty.xml 2>&1)" ||
     { echo "virsh create: $output"; return 1; }
   [ -d "/sys/bus/mdev/devices/$uuid" ] || { echo "the domain runs but mdev $uuid does not exist"; return 1; }
