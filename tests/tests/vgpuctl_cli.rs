@@ -129,7 +129,9 @@ fn install_hook_runs_the_hook_beside_vgpuctl() {
 }
 
 /// A stand-in `virsh` (no libvirtd runs on the test host): records each call's argv and the
-/// XML file it was given, answers `domuuid`, and fails `attach-device` when told to.
+/// XML file it was given, answers `domuuid`, `domstate` (the file `state`, else running) and
+/// `dumpxml [--inactive]` (the files `live.xml` and `inactive.xml`, else an empty domain), and
+/// fails `attach-device` when told to.
 fn fake_virsh(dir: &std::path::Path) -> std::path::PathBuf {
     let script = format!(
         r#"#!/bin/sh
@@ -137,6 +139,10 @@ log='{log}'
 echo "$*" >> "$log"
 case "$1" in
   domuuid) echo 4dea22b3-1d52-d8f3-2516-782e98ab3fa0 ;;
+  domstate) cat '{dir}/state' 2>/dev/null || echo running ;;
+  dumpxml)
+    if [ "$2" = --inactive ]; then file='{dir}/inactive.xml'; else file='{dir}/live.xml'; fi
+    cat "$file" 2>/dev/null || echo '<domain/>' ;;
   attach-device|detach-device)
     cat "$3" > '{dir}'/"$1".xml
     if [ "$1" = attach-device ] && [ -e '{dir}/fail' ]; then
@@ -206,7 +212,16 @@ fn attach_and_detach_through_virsh() {
     assert_eq!(calls[0], "domuuid guest");
     assert!(calls[1].starts_with("attach-device guest /") && calls[1].ends_with(".xml --live"));
     assert!(calls[2].starts_with("detach-device guest /") && calls[2].ends_with(".xml --live"));
-    assert_eq!(calls.len(), 3, "{calls:?}");
+    // Destroyed only once neither the running domain nor its configuration names it.
+    assert_eq!(calls[3], "dumpxml guest");
+    assert_eq!(calls[4], "dumpxml --inactive guest");
+    assert_eq!(calls.len(), 5, "{calls:?}");
+    let shown = vgpuctl(&bus, None, &["--json", "list"]);
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&shown.stdout).unwrap(),
+        serde_json::json!([]),
+        "a live-only attach is transient and gone after its detach"
+    );
 
     // virsh refuses: the instance created for it is destroyed again.
     std::fs::write(dir.path().join("fail"), "").unwrap();
@@ -222,6 +237,67 @@ fn attach_and_detach_through_virsh() {
     let listed = vgpuctl(&bus, None, &["--json", "list"]);
     let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+}
+
+/// An attach into a domain's configuration (`--config`, or no flag on a shut-off domain: virsh's
+/// `--current`) makes a persistent instance the domain claims, so the domain's next start
+/// finds it; a detach that leaves the device named in the configuration keeps the instance,
+/// and the detach that removes the last mention destroys it.
+#[test]
+fn attach_to_the_configuration_makes_a_definition_that_detach_keeps_while_named() {
+    let (bus, _service) = bus_with_service();
+    let dir = tempfile::tempdir().unwrap();
+    fake_virsh(dir.path());
+    let mut path = std::ffi::OsString::from(dir.path());
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    std::fs::write(dir.path().join("state"), "shut off\n").unwrap();
+
+    let output = vgpuctl_with_path(&bus, &path, &["attach", "guest", "nvidia-t4-2q"]);
+    assert!(output.status.success(), "{output:?}");
+    let uuid = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let shown = vgpuctl(&bus, None, &["--json", "show", &uuid]);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["holder"], "guest", "{shown}");
+    assert_eq!(shown["persistent"], true, "{shown}");
+    assert_eq!(shown["autostart"], false, "{shown}");
+    let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap();
+    let calls: Vec<&str> = calls.lines().collect();
+    assert_eq!(calls[..2], ["domuuid guest", "domstate guest"]);
+    assert!(
+        calls[2].starts_with("attach-device guest /") && calls[2].ends_with(".xml --config"),
+        "{calls:?}"
+    );
+
+    // The configuration names it (as libvirt writes it back); a live-only detach keeps it.
+    let hostdev = std::fs::read_to_string(dir.path().join("attach-device.xml")).unwrap();
+    std::fs::write(
+        dir.path().join("inactive.xml"),
+        format!("<domain type='kvm'><devices>{hostdev}</devices></domain>"),
+    )
+    .unwrap();
+    let output = vgpuctl_with_path(&bus, &path, &["detach", "guest", &uuid, "--live"]);
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("instance {uuid} kept"))
+            && stderr.contains("its persistent configuration"),
+        "{stderr}"
+    );
+    assert!(vgpuctl(&bus, None, &["show", &uuid]).status.success());
+
+    // Gone from the configuration too: destroyed.
+    std::fs::remove_file(dir.path().join("inactive.xml")).unwrap();
+    let output = vgpuctl_with_path(&bus, &path, &["--json", "detach", "guest", &uuid]);
+    assert!(output.status.success(), "{output:?}");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["destroyed"], true, "{json}");
+    assert!(!vgpuctl(&bus, None, &["show", &uuid]).status.success());
+    let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap();
+    let last: Vec<&str> = calls.lines().rev().take(4).collect();
+    assert_eq!(last[0], "dumpxml --inactive guest");
+    assert!(last[2].ends_with(".xml --config"), "{last:?}");
+    assert_eq!(last[3], "domstate guest");
 }
 
 /// `vgpuctl probe`: a malformed target is the invalid-args exit code naming the text; on the

@@ -281,7 +281,9 @@ pub enum Command {
         /// mdev UUID, or PCI address of a VF or pass-through device.
         target: String,
     },
-    /// Create an instance of PROFILE for DOMAIN and attach it with `virsh attach-device`.
+    /// Create an instance of PROFILE for DOMAIN and attach it with `virsh attach-device`:
+    /// transient when it goes only into the running domain, persistent (defined) when the
+    /// domain's configuration names it; claimed by the domain either way.
     Attach {
         /// libvirt domain name.
         domain: String,
@@ -294,7 +296,8 @@ pub enum Command {
         #[arg(long)]
         config: bool,
     },
-    /// Detach an instance from DOMAIN with `virsh detach-device`, then destroy it.
+    /// Detach an instance from DOMAIN with `virsh detach-device`, then destroy it unless the
+    /// running domain or its configuration still names it.
     Detach {
         /// libvirt domain name.
         domain: String,

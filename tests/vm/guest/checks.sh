@@ -375,11 +375,13 @@ product_start_udevd() {
   echo "systemd-udevd running"
 }
 
-# start_daemon: starts mdev-manager on the real host and waits until it answers.
+# start_daemon: starts mdev-manager on the real host and waits until it answers. The bound is
+# generous: a debug build's start-up reconcile under TCG took 16-25 s on a loaded host and more
+# than 30 s with the host at load 20 (the libvirt group failed there on a 30 s bound).
 start_daemon() {
   NO_COLOR=1 "$bin/mdev-manager" >>"$out/daemon.log" 2>&1 &
   remember daemon_pid $!
-  wait_until 30 eval 'vgpuctl status >/dev/null 2>&1' || { echo "the daemon did not answer within 30 s"; return 1; }
+  wait_until 180 eval 'vgpuctl status >/dev/null 2>&1' || { echo "the daemon did not answer within 180 s"; return 1; }
 }
 
 product_start_daemon() {
@@ -538,8 +540,13 @@ group_libvirt() {
   check libvirt.hook_installed libvirt_install_hook || return
   check libvirt.libvirtd_start libvirt_start || return
   check libvirt.domain_gets_its_vgpu libvirt_domain_start
+  check libvirt.attach_live libvirt_attach_live
+  check libvirt.detach_live libvirt_detach_live
   check libvirt.destroy_releases_it libvirt_domain_destroy
   check libvirt.over_capacity_refused libvirt_over_capacity
+  check libvirt.attach_config libvirt_attach_config
+  check libvirt.config_attached_domain_restarts libvirt_config_restarts
+  check libvirt.detach_config libvirt_detach_config
   libvirt_stop
   product_stop
 }
@@ -617,7 +624,11 @@ libvirt_domain_start() {
   local uuid output group got
   uuid="$(new_uuid)"
   remember libvirt_mdev "$uuid"
-  domain_xml vmtier-mtty "$(new_uuid)" "<vgpu:vgpu profile='mtty' uuid='$uuid'/>" "$(mdev_hostdev "$uuid")" >/tmp/vmtier-mtty.xml
+  # Spare root ports: q35 hot-plugs a PCIe device only into an empty root port (attach_live),
+  # and libvirt puts the hostdev, the USB controller and the balloon on free ones first.
+  # (libvirt numbers a controller without an index from 0, which only pcie-root may take.)
+  domain_xml vmtier-mtty "$(new_uuid)" "<vgpu:vgpu profile='mtty' uuid='$uuid'/>" "$(mdev_hostdev "$uuid")
+    <controller type='pci' index='0' model='pcie-root'/>$(printf "\n    <controller type='pci' model='pcie-root-port'/>%.0s" 1 2 3 4 5)" >/tmp/vmtier-mtty.xml
   output="$(timeout 180 virsh -c qemu:///system create /tmp/vmtier-mtty.xml 2>&1)" ||
     { echo "virsh create: $output"; return 1; }
   [ -d "/sys/bus/mdev/devices/$uuid" ] || { echo "the domain runs but mdev $uuid does not exist"; return 1; }
@@ -627,12 +638,126 @@ libvirt_domain_start() {
   echo "virsh create made mdev $uuid through the hook; the nested QEMU holds /dev/vfio/$group"
 }
 
-libvirt_domain_destroy() {
+# vgpuctl attach/detach against the real libvirtd (issue 17): vgpuctl runs libvirt's own
+# `virsh` (PATH), as an administrator would.
+libvirt_vgpuctl() { LIBVIRT_DEFAULT_URI=qemu:///system timeout 180 "$bin/vgpuctl" --no-ask "$@"; }
+
+# instance_field UUID FIELD: one field of `vgpuctl --json show UUID` (booleans as true/false).
+instance_field() {
+  vgpuctl --json show "$1" | python3 -c 'import json, sys
+value = json.load(sys.stdin)[sys.argv[1]]
+print(str(value).lower() if isinstance(value, bool) else value)' "$2"
+}
+
+# domain_names_mdev DOMAIN UUID [--inactive]: the domain's XML (live, or its configuration)
+# has the mdev hostdev's <address uuid='UUID'/>.
+domain_names_mdev() {
+  # shellcheck disable=SC2086
+  timeout 60 virsh -c qemu:///system dumpxml ${3:-} "$1" | grep -q "<address uuid='$2'/>"
+}
+
+# expect_claim UUID HOLDER PERSISTENT: vgpuctl show agrees.
+expect_claim() {
+  local holder persistent
+  holder="$(instance_field "$1" holder)" || { echo "vgpuctl show $1 failed"; return 1; }
+  persistent="$(instance_field "$1" persistent)" || return 1
+  [ "$holder" = "$2" ] || { echo "$1 is held by '$holder', expected '$2'"; return 1; }
+  [ "$persistent" = "$3" ] || { echo "$1 persistent is $persistent, expected $3"; return 1; }
+}
+
+libvirt_attach_live() {
+  local uuid group got
+  uuid="$(libvirt_vgpuctl attach vmtier-mtty mtty --live 2>/tmp/vmtier-attach.err)" ||
+    { echo "vgpuctl attach vmtier-mtty mtty --live: $uuid $(cat /tmp/vmtier-attach.err)"; return 1; }
+  remember libvirt_live_mdev "$uuid"
+  [ -d "/sys/bus/mdev/devices/$uuid" ] || { echo "attached $uuid, but there is no such mdev"; return 1; }
+  domain_names_mdev vmtier-mtty "$uuid" || { echo "virsh dumpxml vmtier-mtty does not name $uuid"; return 1; }
+  expect_claim "$uuid" vmtier-mtty false || return 1
+  group="$(mdev_group "$uuid")"
+  got="$(sysfs_open_errno "/dev/vfio/$group")"
+  [ "$got" = EBUSY ] || { echo "open of /dev/vfio/$group after the hot-plug: $got, expected EBUSY (QEMU holds it)"; return 1; }
+  echo "vgpuctl attach --live: mdev $uuid in the running vmtier-mtty (dumpxml names it, its QEMU holds /dev/vfio/$group); vgpuctl: claimed by vmtier-mtty, transient"
+}
+
+# The nested domain runs no guest OS (SeaBIOS only), so nothing answers QEMU's PCIe hot-unplug
+# request: libvirt sends it and `virsh detach-device --live` returns, but the device stays in
+# the running domain (as with a guest that refuses or is slow to eject). vgpuctl must then keep
+# the instance, still claimed, rather than destroy a device QEMU holds: the claim and the
+# domain's XML agree. The domain's stop (libvirt_domain_destroy) releases it.
+libvirt_detach_live() {
   local uuid output
+  uuid="$(recall libvirt_live_mdev)"
+  output="$(libvirt_vgpuctl detach vmtier-mtty "$uuid" --live 2>&1)" ||
+    { echo "vgpuctl detach vmtier-mtty $uuid --live: $output"; return 1; }
+  grep -q "instance $uuid kept: domain vmtier-mtty still names it in the running domain" <<<"$output" ||
+    { echo "vgpuctl detach did not say it kept $uuid: $output"; return 1; }
+  domain_names_mdev vmtier-mtty "$uuid" || { echo "virsh dumpxml vmtier-mtty no longer names $uuid, yet vgpuctl kept it: $output"; return 1; }
+  [ -d "/sys/bus/mdev/devices/$uuid" ] || { echo "mdev $uuid is gone"; return 1; }
+  expect_claim "$uuid" vmtier-mtty false || return 1
+  expect_claim "$(recall libvirt_mdev)" vmtier-mtty false || return 1
+  echo "vgpuctl detach --live with no guest to eject the device: dumpxml still names $uuid, so the instance stays, claimed by vmtier-mtty ($(head -n1 <<<"$output"))"
+}
+
+libvirt_attach_config() {
+  local uuid output state
+  domain_xml vmtier-cfg "$(new_uuid)" "" "" >/tmp/vmtier-cfg.xml
+  output="$(timeout 120 virsh -c qemu:///system define /tmp/vmtier-cfg.xml 2>&1)" || { echo "virsh define: $output"; return 1; }
+  uuid="$(libvirt_vgpuctl attach vmtier-cfg mtty --config 2>/tmp/vmtier-attach.err)" ||
+    { echo "vgpuctl attach vmtier-cfg mtty --config: $uuid $(cat /tmp/vmtier-attach.err)"; return 1; }
+  remember libvirt_config_mdev "$uuid"
+  state="$(timeout 60 virsh -c qemu:///system domstate vmtier-cfg)"
+  [ "$state" = "shut off" ] || { echo "vmtier-cfg is '$state' after the attach, expected shut off"; return 1; }
+  domain_names_mdev vmtier-cfg "$uuid" --inactive || { echo "virsh dumpxml --inactive vmtier-cfg does not name $uuid"; return 1; }
+  expect_claim "$uuid" vmtier-cfg true || return 1
+  echo "vgpuctl attach --config: vmtier-cfg (shut off) names mdev $uuid in its configuration; vgpuctl: claimed by vmtier-cfg, persistent"
+}
+
+# The domain the configuration names the vGPU in starts, stops and starts again: the stop
+# (the hook's release) drops the claim and keeps the persistent instance, so the next start
+# finds its device (a transient instance would have been destroyed at the first stop, leaving
+# the configuration naming an mdev that no longer exists).
+libvirt_config_restarts() {
+  local uuid output round group got
+  uuid="$(recall libvirt_config_mdev)"
+  for round in 1 2; do
+    output="$(timeout 180 virsh -c qemu:///system start vmtier-cfg 2>&1)" || { echo "virsh start vmtier-cfg (start $round): $output"; return 1; }
+    expect_claim "$uuid" vmtier-cfg true || return 1
+    group="$(mdev_group "$uuid")"
+    got="$(sysfs_open_errno "/dev/vfio/$group")"
+    [ "$got" = EBUSY ] || { echo "start $round: open of /dev/vfio/$group: $got, expected EBUSY (QEMU holds it)"; return 1; }
+    output="$(timeout 120 virsh -c qemu:///system destroy vmtier-cfg 2>&1)" || { echo "virsh destroy vmtier-cfg (stop $round): $output"; return 1; }
+    wait_until 30 eval '[ -z "$(instance_field '"$uuid"' holder)" ]' || { echo "stop $round: $uuid still held: $(instance_field "$uuid" holder)"; return 1; }
+    expect_claim "$uuid" "" true || return 1
+    [ -d "/sys/bus/mdev/devices/$uuid" ] || { echo "stop $round: mdev $uuid went with the domain"; return 1; }
+    domain_names_mdev vmtier-cfg "$uuid" --inactive || { echo "stop $round: the configuration no longer names $uuid"; return 1; }
+  done
+  echo "vmtier-cfg started twice with mdev $uuid (its QEMU held /dev/vfio/$group, vgpuctl: held by vmtier-cfg); each stop dropped the claim and kept the instance"
+}
+
+libvirt_detach_config() {
+  local uuid output
+  uuid="$(recall libvirt_config_mdev)"
+  output="$(libvirt_vgpuctl detach vmtier-cfg "$uuid" --config 2>&1)" ||
+    { echo "vgpuctl detach vmtier-cfg $uuid --config: $output"; return 1; }
+  ! domain_names_mdev vmtier-cfg "$uuid" --inactive || { echo "virsh dumpxml --inactive vmtier-cfg still names $uuid: $output"; return 1; }
+  wait_until 30 eval '[ ! -e /sys/bus/mdev/devices/'"$uuid"' ]' || { echo "mdev $uuid still present 30 s after the detach: $output"; return 1; }
+  ! vgpuctl show "$uuid" >/dev/null 2>&1 || { echo "vgpuctl still lists $uuid: $output"; return 1; }
+  output="$(timeout 60 virsh -c qemu:///system undefine vmtier-cfg 2>&1)" || { echo "virsh undefine vmtier-cfg: $output"; return 1; }
+  echo "vgpuctl detach --config: gone from vmtier-cfg's configuration, mdev $uuid and its instance destroyed"
+}
+
+libvirt_domain_destroy() {
+  local uuid output live
   uuid="$(recall libvirt_mdev)"
+  live="$(recall libvirt_live_mdev)"
   output="$(timeout 120 virsh -c qemu:///system destroy vmtier-mtty 2>&1)" || { echo "virsh destroy: $output"; return 1; }
   wait_until 30 eval '[ ! -e /sys/bus/mdev/devices/'"$uuid"' ]' || { echo "mdev $uuid still present 30 s after destroy"; return 1; }
-  echo "virsh destroy released mdev $uuid"
+  if [ -n "$live" ]; then
+    # The hot-plugged one (still in the domain, see libvirt_detach_live) goes with the domain.
+    wait_until 30 eval '[ ! -e /sys/bus/mdev/devices/'"$live"' ]' || { echo "hot-plugged mdev $live still present 30 s after destroy"; return 1; }
+    ! vgpuctl show "$live" >/dev/null 2>&1 || { echo "vgpuctl still lists the hot-plugged $live"; return 1; }
+  fi
+  echo "virsh destroy released mdev $uuid${live:+ and the hot-plugged $live}"
 }
 
 libvirt_over_capacity() {

@@ -1,13 +1,14 @@
 # Crash torture on the real kernel (issue 16, item 5), sourced by checks.sh: the service runs on
-# the real sysfs with its state in /var/lib/mdev-manager; each round starts a few
-# `vgpuctl create` calls on mtty and mbochs, kills the daemon with SIGKILL after a random delay
-# spread over twice the time one create takes on this guest (so the kill lands before, inside
-# or after a create write, or inside the state write),
-# restarts it and checks that every mdev on the host is managed by the service or was there
-# before the rounds began (a foreign mdev made with a direct sysfs write). A device a kill left
-# that the service neither manages nor removed is an orphan: its capacity would be lost until
-# an administrator acted. 20 rounds; the last check destroys what the rounds made and shows the
-# foreign mdev untouched.
+# the real sysfs with its state in /var/lib/mdev-manager; each round starts several clients
+# creating and destroying on mtty and mbochs and kills the daemon with SIGKILL, either after a
+# random delay or the moment state.json shows a durable write-ahead intent (see
+# torture_kill_rounds); it reads what intents the kill left, restarts the daemon, checks that
+# reconcile finished every one and that every mdev on the host is managed by the service or
+# was there before the rounds began (a foreign mdev made with a direct sysfs write). A device a
+# kill left that the service neither manages nor removed is an orphan: its capacity would be
+# lost until an administrator acted. 20 rounds; at least one must leave an intent (else the
+# window the rounds are about was never hit); the last check destroys what the rounds made and
+# shows the foreign mdev untouched. Each round's line is in out/torture-rounds.log.
 
 TORTURE_ROUNDS=20
 TORTURE_PROFILES=(mtty mbochs-small mtty-dual)
@@ -69,39 +70,121 @@ torture_unmanaged() {
   done
 }
 
+# Several clients keep creates in flight (each one create then destroy, again and again, so the
+# parents never fill up) and the daemon is killed with SIGKILL. Two kinds of kill point,
+# alternating: odd rounds kill after a random delay over twice the time one create took
+# (spread by timing alone); even rounds kill the moment state.json shows a durable intent (a
+# watcher reading the file, no hook in the product), so the kill lands between an intent and
+# the save that drops it: before the create write, after it, or inside the save. Before each restart the state file the kill left is read: a round "left an intent"
+# when it holds one (or a batch's pending_creates); after the restart reconcile must have
+# finished every one (none left), and every mdev is managed or foreign.
+TORTURE_CLIENTS=4
+TORTURE_STATE=/var/lib/mdev-manager/state.json
+
+# torture_client PROFILE: create then destroy, up to 8 times, until the daemon goes.
+torture_client() {
+  local i uuid
+  for i in 1 2 3 4 5 6 7 8; do
+    uuid="$(vgpuctl create "$1" 2>/dev/null)" || return 0
+    echo "$uuid" >>/run/vmtier-torture-acked
+    vgpuctl destroy "$uuid" >/dev/null 2>&1 || return 0
+  done
+}
+
+# torture_left_intents: the keys of the intents and pending creates in state.json, one a line.
+torture_left_intents() {
+  python3 -c 'import json, sys
+state = json.load(open(sys.argv[1]))
+for key in list(state.get("intents", {})) + list(state.get("pending_creates", [])):
+    print(key)' "$TORTURE_STATE"
+}
+
+# torture_kill_at_intent PID LIMIT_MS: SIGKILL PID as soon as state.json holds an intent, or
+# after LIMIT_MS; prints "intent" or "timeout". (With a random 0-20 ms more, the one watched
+# round of a run at load 20 found the save done by the time the kill landed.)
+torture_kill_at_intent() {
+  python3 - "$1" "$2" "$TORTURE_STATE" <<'PY'
+import json, os, signal, sys, time
+pid, limit, path = int(sys.argv[1]), int(sys.argv[2]) / 1000, sys.argv[3]
+deadline = time.monotonic() + limit
+seen = "timeout"
+while time.monotonic() < deadline:
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        state = {}
+    if state.get("intents") or state.get("pending_creates"):
+        seen = "intent"
+        break
+    time.sleep(0.002)
+try:
+    os.kill(pid, signal.SIGKILL)
+except ProcessLookupError:
+    pass
+print(seen)
+PY
+}
+
 torture_kill_rounds() {
-  local round pid delay started acked=0 interrupted=0 orphans="" left
+  local round pid delay kind left_rounds=0 timed_left=0 watched_left=0 watched_seen=0
+  local undone_total=0 cleared_total=0 acked orphans="" left keys logged_before
+  : >/run/vmtier-torture-acked
   for round in $(seq 1 "$TORTURE_ROUNDS"); do
     pid="$(recall daemon_pid)"
+    logged_before="$(grep -c 'undid an unacknowledged change' "$out/daemon.log")"
     local callers=()
-    for _ in $(seq 1 $((1 + RANDOM % 3))); do
-      (vgpuctl create "${TORTURE_PROFILES[$((RANDOM % ${#TORTURE_PROFILES[@]}))]}" >/dev/null 2>&1) &
+    for _ in $(seq 1 "$TORTURE_CLIENTS"); do
+      torture_client "${TORTURE_PROFILES[$((RANDOM % ${#TORTURE_PROFILES[@]}))]}" &
       callers+=("$!")
     done
-    # Anywhere from before the first call arrives to after the last reply.
-    delay="$((RANDOM % (2 * $(recall torture_create_ms) + 1)))"
-    sleep "$(awk -v d="$delay" 'BEGIN { printf "%.3f", d / 1000 }')"
-    kill -9 "$pid" 2>/dev/null
+    if [ $((round % 2)) = 1 ]; then
+      kind=timed
+      # From before the first write to well into the stream of creates and destroys.
+      delay="$((RANDOM % (2 * $(recall torture_create_ms) + 1))) ms"
+      sleep "$(awk -v d="${delay% ms}" 'BEGIN { printf "%.3f", d / 1000 }')"
+      kill -9 "$pid" 2>/dev/null
+    else
+      kind=watched
+      delay="$(torture_kill_at_intent "$pid" "$((4 * $(recall torture_create_ms) + 10000))")"
+      [ "$delay" = intent ] && watched_seen=$((watched_seen + 1))
+    fi
     wait_until 10 eval '! running '"$pid" || { echo "round $round: the daemon survived kill -9"; return 1; }
     for caller in "${callers[@]}"; do
-      if wait "$caller"; then acked=$((acked + 1)); else interrupted=$((interrupted + 1)); fi
+      wait "$caller"
     done
+    keys="$(torture_left_intents)" || { echo "round $round: cannot read $TORTURE_STATE after the kill"; return 1; }
+    local existed=0 absent=0 key
+    for key in $keys; do
+      if [ -e "/sys/bus/mdev/devices/$key" ]; then existed=$((existed + 1)); else absent=$((absent + 1)); fi
+    done
+    if [ -n "$keys" ]; then
+      left_rounds=$((left_rounds + 1))
+      if [ "$kind" = timed ]; then timed_left=$((timed_left + 1)); else watched_left=$((watched_left + 1)); fi
+    fi
+    echo "vmtier: torture round $round ($kind kill, $delay): intents left [$(echo $keys)], device made for $existed, not for $absent" | tee -a "$out/torture-rounds.log" >/dev/console 2>/dev/null
     torture_start_daemon || { echo "round $round: the daemon did not come back (daemon.log)"; return 1; }
+    # Reconcile finished every intent: none is left.
+    local after
+    after="$(torture_left_intents)" || { echo "round $round: cannot read $TORTURE_STATE after the restart"; return 1; }
+    [ -z "$after" ] || { echo "round $round: reconcile left intents [$(echo $after)]"; return 1; }
     left="$(torture_unmanaged)"
     [ "$left" != ERROR ] || { echo "round $round: vgpuctl list failed after the restart"; return 1; }
     if [ -n "$left" ]; then
-      orphans+=" round $round (kill after ${delay} ms): $(echo $left)"
+      orphans+=" round $round ($kind kill, $delay): $(echo $left)"
     fi
-    started="$(ls /sys/bus/mdev/devices | wc -l)"
-    # Keep the parents from filling up: destroy what the rounds made once mbochs is half full.
-    if [ "$started" -gt 24 ]; then
+    undone_total=$((undone_total + $(grep -c 'undid an unacknowledged change' "$out/daemon.log") - logged_before))
+    cleared_total=$((cleared_total + absent))
+    # Keep the parents from filling up.
+    if [ "$(ls /sys/bus/mdev/devices | wc -l)" -gt 12 ]; then
       torture_destroy_managed >/dev/null || { echo "round $round: destroying the managed instances failed"; return 1; }
     fi
   done
   [ -z "$orphans" ] || { echo "orphaned mdevs (on the host, neither managed nor there before):$orphans"; return 1; }
-  local undone
-  undone="$(grep -c 'undid an unacknowledged change' "$out/daemon.log")"
-  echo "$TORTURE_ROUNDS kills: $acked creates acknowledged, $interrupted interrupted, $undone unacknowledged creates undone by reconcile, every mdev managed or foreign after each restart"
+  acked="$(wc -l </run/vmtier-torture-acked)"
+  local summary="$TORTURE_ROUNDS kills of the daemon under $TORTURE_CLIENTS clients creating and destroying ($((TORTURE_ROUNDS - TORTURE_ROUNDS / 2)) at a random time, $((TORTURE_ROUNDS / 2)) by the intent watcher, which saw an intent before $watched_seen of them): $left_rounds of $TORTURE_ROUNDS rounds left an intent that reconcile finished ($timed_left timed, $watched_left watched); $undone_total devices undone, $cleared_total intents without a device cleared; $acked creates acknowledged; every mdev managed or foreign after each restart"
+  [ "$left_rounds" -ge 1 ] || { echo "no kill landed between an intent and its save: $summary"; return 1; }
+  echo "$summary"
 }
 
 torture_destroy_managed() {

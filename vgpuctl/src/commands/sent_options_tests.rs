@@ -175,6 +175,14 @@ fn attach_sends_the_prepare_options_and_device_spec_the_service_reads() {
         accepted("PrepareDomain device 0", &device),
         ["kind", "profile", "uuid"]
     );
+    let claim: DeviceSpec = attach::claim("9a1e5d2c-1111-4222-8333-444455556666");
+    assert_eq!(accepted("PrepareDomain device 0", &claim), ["kind", "uuid"]);
+    let create: CreateOptions =
+        attach::create_options(NO_ASK, "9a1e5d2c-1111-4222-8333-444455556666");
+    assert_eq!(
+        accepted("CreateInstances", &create),
+        ["auth.no_user_interaction", "persistent", "uuid"]
+    );
 }
 
 #[test]
