@@ -18,12 +18,12 @@ use mdev_host::discovery::names::{self, NameError};
 
 /// The record's UUID of a UUID the host layer parsed.
 pub(crate) fn record_uuid(uuid: &vgpu_types::Uuid) -> vgpu_types::Uuid {
-    uuid.clone()
+    *uuid
 }
 
 /// The host layer's UUID of a record's UUID.
 pub(crate) fn host_uuid(uuid: &vgpu_types::Uuid) -> vgpu_types::Uuid {
-    uuid.clone()
+    *uuid
 }
 
 /// The name of an instance's parent: an mdev parent's sysfs name (`0000:3b:00.0`, `mtty`), or
