@@ -8,6 +8,10 @@
 //! the next uncovered one writes the next snapshot. So while one fsync is under way the
 //! changes of every other caller pile up and go to disk together in the next.
 //!
+//! What a write is depends on the mode: in journal mode (`journal`) the snapshot is only the
+//! records changed since the previous snapshot and the write one append and `fdatasync`; in
+//! whole-file mode it is the whole state, saved with the store's atomic replace.
+//!
 //! Durability per acknowledged call is what it was: a caller returns `Ok` only after a write
 //! that contains its change is on disk, and gets the write's error when the write that
 //! covered it failed (its change stays in memory, as it did when each caller saved on its
@@ -142,6 +146,11 @@ fn repeat(error: &StateError) -> StateError {
             op: "write",
             path: path.clone(),
             source: io::Error::other(source.to_string()),
+        },
+        StateError::Journal { path, line, source } => StateError::Io {
+            op: "write",
+            path: path.clone(),
+            source: io::Error::other(format!("line {line}: {source}")),
         },
         StateError::Schema { path, found } => StateError::Schema {
             path: path.clone(),

@@ -34,6 +34,16 @@ impl StateFiles for SlowFiles {
         }
         self.inner.write_atomic(path, data)
     }
+    fn append(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        if path.ends_with(crate::journal::JOURNAL_FILE_NAME) {
+            std::thread::sleep(self.delay);
+            if self.fail.load(Ordering::SeqCst) {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.state_writes.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.append(path, data)
+    }
     fn list(&self, dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
         self.inner.list(dir)
     }

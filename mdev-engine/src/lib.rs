@@ -26,6 +26,7 @@ mod error;
 mod events;
 mod group_commit;
 mod instance_locks;
+pub mod journal;
 pub mod intents;
 mod mdev_attrs;
 pub mod nvidia_sriov;
@@ -112,6 +113,9 @@ pub struct Engine {
     telemetry_cache: nvidia_telemetry::TelemetryCache,
     /// Concurrent state changes share one durable write (see `group_commit`).
     commits: group_commit::GroupCommit,
+    /// The journal writer in journal mode ([`EngineConfig::state_journal`]); `None` in
+    /// whole-file mode.
+    journal: Option<journal::Journal>,
     /// Held for a whole `/etc/mdevctl.d` sync, its read of the state to its last write (see
     /// `mdevctl_mirror`), so an older pass never writes over a newer one.
     pub(crate) mirror: Mutex<()>,
@@ -167,7 +171,9 @@ impl Engine {
         config: EngineConfig,
         catalog: Option<Arc<Catalog>>,
     ) -> Result<Self, EngineError> {
-        let state = state::load(files.as_ref(), &config.state_dir)?;
+        let loaded = state::load_detailed(files.as_ref(), &config.state_dir)?;
+        let journal = open_journal(files.as_ref(), &config, &loaded)?;
+        let state = loaded.state;
         domain_index::rebuild(files.as_ref(), &config.state_dir, &state)?;
         let profiles = match catalog {
             Some(catalog) => profiles::ProfileSet::from_catalog(catalog),
@@ -191,6 +197,7 @@ impl Engine {
             generation: std::sync::atomic::AtomicU64::new(0),
             telemetry_cache: Default::default(),
             commits: Default::default(),
+            journal,
             mirror: Mutex::new(()),
         })
     }
@@ -243,6 +250,18 @@ impl Engine {
             (result, self.commits.changed())
         };
         let (files, state_dir) = (self.files.as_ref(), &self.config.state_dir);
+        if let Some(journal) = &self.journal {
+            // Only what changed since the previous write is copied and appended.
+            self.commits.wait_durable(
+                ticket,
+                || {
+                    let state = lock(&self.state);
+                    (journal.take_changes(&state), self.commits.latest())
+                },
+                |entry| journal.write(files, state_dir, entry),
+            )?;
+            return Ok(result);
+        }
         self.commits.wait_durable(
             ticket,
             || {
@@ -268,6 +287,39 @@ impl Engine {
     }
 }
 
+/// The journal writer in journal mode (folding at start-up whatever the journal holds); in
+/// whole-file mode the journal, if one is left from journal mode, is folded into `state.json`
+/// and removed, since whole-file saves do not advance its generation.
+fn open_journal(
+    files: &dyn StateFiles,
+    config: &EngineConfig,
+    loaded: &state::Loaded,
+) -> Result<Option<journal::Journal>, EngineError> {
+    let state_dir = &config.state_dir;
+    if config.state_journal {
+        return Ok(Some(journal::Journal::open(
+            files,
+            state_dir,
+            &loaded.state,
+            loaded.generation,
+            loaded.state_bytes,
+            loaded.journal,
+        )?));
+    }
+    if loaded.journal.exists {
+        state::save(files, state_dir, &loaded.state)?;
+        let path = journal::journal_path(state_dir);
+        files
+            .remove(&path)
+            .map_err(|source| state::StateError::Io {
+                op: "remove",
+                path,
+                source,
+            })?;
+    }
+    Ok(None)
+}
+
 /// The error for a VF-kind record that names no VF (a damaged state file).
 fn missing_vf(record: &InstanceRecord) -> EngineError {
     EngineError::InvalidArgument {
@@ -290,6 +342,8 @@ pub(crate) fn claimed(uuid: &str, claim: &Claim) -> EngineError {
 mod group_commit_tests;
 #[cfg(test)]
 mod intents_tests;
+#[cfg(test)]
+mod journal_tests;
 #[cfg(test)]
 mod nvidia_sriov_tests;
 #[cfg(test)]

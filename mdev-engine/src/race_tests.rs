@@ -690,6 +690,10 @@ impl StateFiles for SlowFilesUnder {
         self.pause(path);
         self.inner.write_atomic(path, data)
     }
+    fn append(&self, path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+        self.pause(path);
+        self.inner.append(path, data)
+    }
     fn list(&self, dir: &std::path::Path) -> std::io::Result<Vec<std::ffi::OsString>> {
         self.inner.list(dir)
     }

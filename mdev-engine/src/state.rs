@@ -57,7 +57,11 @@ const TEMP_INFIX: &str = ".tmp.";
 /// The files of the state directory's top level that only the daemon writes. Their temporary
 /// files (`<name>.tmp.<pid>`) are the daemon's alone, so [`remove_stale_temp_files`] may
 /// remove them; the hook's files (under [`PENDING_RELEASES_DIR`]) are never touched.
-pub const DAEMON_WRITTEN_FILES: &[&str] = &[STATE_FILE_NAME, STATE_V1_BACKUP_NAME];
+pub const DAEMON_WRITTEN_FILES: &[&str] = &[
+    STATE_FILE_NAME,
+    STATE_V1_BACKUP_NAME,
+    crate::journal::JOURNAL_FILE_NAME,
+];
 
 pub use vgpu_types::InstanceKind;
 
@@ -289,6 +293,18 @@ pub enum StateError {
         /// The version found.
         found: u32,
     },
+    /// A complete line of the state journal is not a journal line (the torn last line a power
+    /// loss leaves is dropped, not refused). Line 0 names an entry that could not be encoded.
+    #[error("state journal {path} is corrupt at line {line}")]
+    Journal {
+        /// The host path of the journal.
+        path: PathBuf,
+        /// The line (1 = the header).
+        line: usize,
+        /// The parser's complaint.
+        #[source]
+        source: serde_json::Error,
+    },
     /// A state file of an older schema holds a value today's typed record refuses (the error
     /// names the record, e.g. the instance's UUID, and the field). Nothing was changed.
     #[error("state file {path} (schema version {from}) cannot be migrated to version {STATE_SCHEMA_VERSION}")]
@@ -318,6 +334,10 @@ pub trait StateFiles: Send + Sync + fmt::Debug {
     /// Replaces a file atomically and durably (temp file, fsync, rename, fsync directory),
     /// creating its directory if needed.
     fn write_atomic(&self, path: &Path, data: &[u8]) -> io::Result<()>;
+    /// Appends `data` to a file durably (write, then `fdatasync`; a file it creates also gets
+    /// its directory entry synced), creating the file and its directory if needed. A crash
+    /// before it returns may leave any prefix of `data` at the end of the file.
+    fn append(&self, path: &Path, data: &[u8]) -> io::Result<()>;
     /// Lists a directory; empty when it does not exist.
     fn list(&self, dir: &Path) -> io::Result<Vec<OsString>>;
     /// Removes a file; succeeds when it is already gone.
@@ -374,6 +394,38 @@ impl StateFiles for DiskFiles {
         result
     }
 
+    fn append(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        let target = self.resolve(path)?;
+        let open = |create: bool| {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(create)
+                .open(&target)
+        };
+        let (mut file, created) = match open(false) {
+            Ok(file) => (file, false),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                let dir = target.parent().ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, "state path has no directory")
+                })?;
+                std::fs::create_dir_all(dir)?;
+                (open(true)?, true)
+            }
+            Err(error) => return Err(error),
+        };
+        file.write_all(data)?;
+        // The data (and the length) only: no metadata a reader needs is otherwise touched.
+        file.sync_data()?;
+        if created {
+            // A new file survives a power loss only once its directory entry is durable.
+            if let Some(dir) = target.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+        }
+        Ok(())
+    }
+
     fn list(&self, dir: &Path) -> io::Result<Vec<OsString>> {
         match std::fs::read_dir(self.resolve(dir)?) {
             Ok(entries) => entries.map(|entry| entry.map(|e| e.file_name())).collect(),
@@ -390,8 +442,42 @@ impl StateFiles for DiskFiles {
     }
 }
 
-/// Loads the state file from `state_dir`; a missing file is an empty state.
+/// Loads the state from `state_dir`: `state.json` (a missing file is an empty state; an older
+/// schema is migrated), then the journal replayed onto it (`journal`).
 pub fn load(files: &dyn StateFiles, state_dir: &Path) -> Result<StateFile, StateError> {
+    Ok(load_detailed(files, state_dir)?.state)
+}
+
+/// What [`load_detailed`] read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The state, journal applied.
+    pub state: StateFile,
+    /// The journal generation `state.json` records (0 when absent).
+    pub generation: u64,
+    /// Length of `state.json` (0 when missing).
+    pub state_bytes: u64,
+    /// What the journal held.
+    pub journal: crate::journal::Replayed,
+}
+
+/// [`load`], also telling what it found on disk.
+pub fn load_detailed(files: &dyn StateFiles, state_dir: &Path) -> Result<Loaded, StateError> {
+    let (mut state, generation, state_bytes) = load_state_file(files, state_dir)?;
+    let journal = crate::journal::replay(files, state_dir, generation, &mut state)?;
+    Ok(Loaded {
+        state,
+        generation,
+        state_bytes,
+        journal,
+    })
+}
+
+/// `state.json` alone: the state, its journal generation and its length.
+fn load_state_file(
+    files: &dyn StateFiles,
+    state_dir: &Path,
+) -> Result<(StateFile, u64, u64), StateError> {
     let path = state_dir.join(STATE_FILE_NAME);
     let Some(data) = files.read(&path).map_err(|source| StateError::Io {
         op: "read",
@@ -399,20 +485,23 @@ pub fn load(files: &dyn StateFiles, state_dir: &Path) -> Result<StateFile, State
         source,
     })?
     else {
-        return Ok(StateFile::default());
+        return Ok((StateFile::default(), 0, 0));
     };
     #[derive(Deserialize)]
     struct Version {
         schema_version: u32,
+        #[serde(default)]
+        journal_generation: u64,
     }
     let version: Version = serde_json::from_slice(&data).map_err(|source| StateError::Corrupt {
         path: path.clone(),
         source,
     })?;
+    let (generation, bytes) = (version.journal_generation, data.len() as u64);
     match version.schema_version {
-        STATE_SCHEMA_VERSION => {
-            serde_json::from_slice(&data).map_err(|source| StateError::Corrupt { path, source })
-        }
+        STATE_SCHEMA_VERSION => serde_json::from_slice(&data)
+            .map(|state| (state, generation, bytes))
+            .map_err(|source| StateError::Corrupt { path, source }),
         1 => {
             let value: serde_json::Value =
                 serde_json::from_slice(&data).map_err(|source| StateError::Corrupt {
@@ -436,14 +525,48 @@ pub fn load(files: &dyn StateFiles, state_dir: &Path) -> Result<StateFile, State
                     path: backup,
                     source,
                 })?;
-            Ok(state)
+            Ok((state, generation, bytes))
         }
         found => Err(StateError::Schema { path, found }),
     }
 }
 
-/// Writes the state file into `state_dir` atomically.
+/// Writes the state file into `state_dir` atomically (whole-file mode: no journal
+/// generation, so a journal of generation 0 would still apply — the engine removes the
+/// journal before it saves this way).
 pub fn save(files: &dyn StateFiles, state_dir: &Path, state: &StateFile) -> Result<(), StateError> {
+    write_state(files, state_dir, state).map(|_| ())
+}
+
+/// Writes the state file recording journal `generation` (a fold, `journal`); returns its
+/// length.
+pub(crate) fn save_generation(
+    files: &dyn StateFiles,
+    state_dir: &Path,
+    state: &StateFile,
+    generation: u64,
+) -> Result<u64, StateError> {
+    #[derive(Serialize)]
+    struct WithGeneration<'a> {
+        #[serde(flatten)]
+        state: &'a StateFile,
+        journal_generation: u64,
+    }
+    write_state(
+        files,
+        state_dir,
+        &WithGeneration {
+            state,
+            journal_generation: generation,
+        },
+    )
+}
+
+fn write_state(
+    files: &dyn StateFiles,
+    state_dir: &Path,
+    state: &impl Serialize,
+) -> Result<u64, StateError> {
     let path = state_dir.join(STATE_FILE_NAME);
     let mut data = serde_json::to_vec_pretty(state).map_err(|source| StateError::Corrupt {
         path: path.clone(),
@@ -456,7 +579,8 @@ pub fn save(files: &dyn StateFiles, state_dir: &Path, state: &StateFile) -> Resu
             op: "write",
             path,
             source,
-        })
+        })?;
+    Ok(data.len() as u64)
 }
 
 /// Removes the temporary files a writer killed inside [`StateFiles::write_atomic`] left in

@@ -44,6 +44,12 @@ pub struct EngineConfig {
     /// Host path of `nvidia-smi`, read for vGPU telemetry (`/usr/bin/nvidia-smi`;
     /// `engine::nvidia_telemetry`).
     pub nvidia_smi: PathBuf,
+    /// Keep durable changes in the append-only state journal (`state.journal`, one line per
+    /// group of changes, folded into `state.json` now and then) instead of rewriting the whole
+    /// `state.json` for every change. Off by default for the engine (whole-file mode, which
+    /// benches compare against); the daemon turns it on unless its config says
+    /// `state_journal = false`.
+    pub state_journal: bool,
 }
 
 pub use vgpu_profiles::placement::Policy as PlacementPolicy;
@@ -112,6 +118,7 @@ impl Default for EngineConfig {
             nvidia_sriov_manage: PathBuf::from(nvidia_sriov::SRIOV_MANAGE_PATH),
             vendor_command_timeout: Duration::from_secs(120),
             nvidia_smi: PathBuf::from(nvidia_telemetry::NVIDIA_SMI_PATH),
+            state_journal: false,
         }
     }
 }

@@ -92,6 +92,9 @@ struct ConfigFile {
     vendor_command_timeout_ms: Option<u64>,
     /// Host path of `nvidia-smi` (vGPU telemetry reads `nvidia-smi vgpu -q`).
     nvidia_smi: Option<PathBuf>,
+    /// Append each durable change to `state.journal` rather than rewrite `state.json`
+    /// (default: on; `false` is the whole-file mode).
+    state_journal: Option<bool>,
 }
 
 impl ConfigFile {
@@ -270,6 +273,7 @@ async fn serve() -> Result<()> {
         }
         engine_config.nvidia_smi = path;
     }
+    engine_config.state_journal = config.state_journal.unwrap_or(true);
     if let Some(ms) = config.vendor_command_timeout_ms {
         engine_config.vendor_command_timeout = std::time::Duration::from_millis(ms);
     }

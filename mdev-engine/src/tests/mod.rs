@@ -196,6 +196,12 @@ impl StateFiles for FailingFiles {
         }
         self.inner.write_atomic(path, data)
     }
+    fn append(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        if self.fail_writes.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        self.inner.append(path, data)
+    }
     fn list(&self, dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
         self.inner.list(dir)
     }
@@ -220,6 +226,16 @@ impl StateFiles for RecordingFiles {
             lock(&self.saved).push(serde_json::from_slice(data).unwrap());
         }
         self.disk.write_atomic(path, data)
+    }
+    fn append(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        self.disk.append(path, data)?;
+        if path.ends_with(crate::journal::JOURNAL_FILE_NAME) {
+            // In journal mode a save is an append: keep the whole state it makes.
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            let state = crate::state::load(&self.disk, dir).map_err(std::io::Error::other)?;
+            lock(&self.saved).push(serde_json::to_value(state).map_err(std::io::Error::other)?);
+        }
+        Ok(())
     }
     fn list(&self, dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
         self.disk.list(dir)

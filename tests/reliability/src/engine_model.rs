@@ -164,6 +164,17 @@ impl StateFiles for MemFiles {
         Ok(())
     }
 
+    fn append(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        if self.crash.is_dead() {
+            return Err(dead_error());
+        }
+        self.map()
+            .entry(path.to_path_buf())
+            .or_default()
+            .extend_from_slice(data);
+        Ok(())
+    }
+
     fn list(&self, dir: &Path) -> io::Result<Vec<OsString>> {
         Ok(self
             .map()
@@ -188,6 +199,8 @@ fn config() -> EngineConfig {
         readiness_timeout: Duration::from_millis(20),
         poll_interval: Duration::from_millis(1),
         write_timeout: Duration::from_secs(5),
+        // The service's mode: every change an append to the state journal.
+        state_journal: true,
         ..EngineConfig::default()
     }
 }

@@ -12,6 +12,10 @@
 //!   temp file is lost and the rename never happened, so the old file survives whole;
 //! * [`UnsyncedWrite::InPlace`]: what a store writing the file in place would leave (a torn
 //!   prefix of the new content) — the negative control showing the check can fail.
+//!
+//! An `append` (the state journal's write) counts as a write too; cut before its
+//! `fdatasync`, it leaves the durable content followed by the first half of the appended
+//! bytes (a torn last line), whatever the mode.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -62,7 +66,7 @@ impl PowerLossFiles {
         }
     }
 
-    /// The `n`-th `write_atomic` from now (1 = the next) is cut by a power loss before its
+    /// The `n`-th `write_atomic` or `append` from now (1 = the next) is cut by a power loss before its
     /// fsync; the call then unwinds with a [`PowerCut`] panic, as the process would die.
     pub fn arm(&self, n: u32, mode: UnsyncedWrite) {
         *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = mode;
@@ -122,6 +126,30 @@ impl PowerLossFiles {
         std::panic::panic_any(PowerCut)
     }
 
+    fn cut_append(&self, path: &Path, data: &[u8]) -> ! {
+        self.dead.store(true, Ordering::SeqCst);
+        let mut torn = self
+            .durable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(path)
+            .cloned()
+            .flatten()
+            .unwrap_or_default();
+        torn.extend_from_slice(&data[..data.len() / 2]);
+        let _ = std::fs::write(self.real_path(path), torn);
+        std::panic::panic_any(PowerCut)
+    }
+
+    /// Counts a write toward an armed crash; true when this one is cut.
+    fn is_cut_now(&self) -> bool {
+        let left = self.crash_in.load(Ordering::SeqCst);
+        if left > 0 {
+            self.crash_in.store(left - 1, Ordering::SeqCst);
+        }
+        left == 1
+    }
+
     fn refuse_if_dead(&self) -> io::Result<()> {
         if self.is_dead() {
             Err(io::Error::from_raw_os_error(libc::EIO))
@@ -154,6 +182,24 @@ impl StateFiles for PowerLossFiles {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(path.to_path_buf(), Some(data.to_vec()));
+        Ok(())
+    }
+
+    fn append(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        self.refuse_if_dead()?;
+        self.remember_durable(path)?;
+        if self.is_cut_now() {
+            // The bytes are in the page cache (the process sees them), not yet synced.
+            let _ = self.disk.append(path, data);
+            self.cut_append(path, data);
+        }
+        self.disk.append(path, data)?;
+        let mut durable = self.durable.lock().unwrap_or_else(|e| e.into_inner());
+        durable
+            .entry(path.to_path_buf())
+            .or_default()
+            .get_or_insert_with(Vec::new)
+            .extend_from_slice(data);
         Ok(())
     }
 

@@ -36,10 +36,28 @@ fn autostart_mdev(uuid: &str, type_id: &str) -> CreateRequest {
     }
 }
 
+/// The service's mode: every change an append to the state journal.
+fn journal_config() -> EngineConfig {
+    EngineConfig {
+        state_journal: true,
+        ..config()
+    }
+}
+
 /// Creates `DURABLE`, then cuts the power during the state write of the `LOST` create.
 fn crash_during_second_create(root: &Path, sim: &SimHost, mode: UnsyncedWrite) {
+    crash_during_second_create_with(root, sim, mode, config())
+}
+
+/// [`crash_during_second_create`] with an engine of `config`.
+fn crash_during_second_create_with(
+    root: &Path,
+    sim: &SimHost,
+    mode: UnsyncedWrite,
+    config: EngineConfig,
+) {
     let files = Arc::new(PowerLossFiles::new(root));
-    let engine = Engine::new(Arc::new(sim.clone()), files.clone(), config()).expect("engine");
+    let engine = Engine::new(Arc::new(sim.clone()), files.clone(), config).expect("engine");
     engine
         .create(autostart_mdev(DURABLE, "mtty-1"))
         .expect("durable create");
@@ -87,6 +105,49 @@ fn atomic_store_recovers_the_last_durable_state_after_a_power_cut_before_fsync()
         .map(|i| i.uuid)
         .collect();
     assert_eq!(managed, vec![DURABLE.to_string()]);
+}
+
+#[test]
+fn journal_store_loses_only_the_unacknowledged_change_when_power_is_cut_between_append_and_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = SimHost::builtin("samples").unwrap();
+    crash_during_second_create_with(dir.path(), &sim, UnsyncedWrite::Atomic, journal_config());
+
+    let files: Arc<dyn StateFiles> = Arc::new(DiskFiles::new(dir.path()));
+    let loaded =
+        state::load_detailed(files.as_ref(), &config().state_dir).expect("state loads");
+    assert!(
+        loaded.journal.torn,
+        "the cut fell between the append and its sync: {:?}",
+        loaded.journal
+    );
+    let uuids: Vec<String> = loaded
+        .state
+        .instances
+        .keys()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(uuids, vec![DURABLE], "state after the power cut");
+    assert!(
+        loaded.state.intents.is_empty() && loaded.state.pending_creates.is_empty(),
+        "nothing of the cut create survives: {:?}",
+        loaded.state
+    );
+
+    let engine =
+        Engine::new(Arc::new(sim.clone()), files, journal_config()).expect("engine restarts");
+    let report = engine.reconcile().expect("reconcile");
+    assert!(
+        format!("{report:?}").contains(DURABLE),
+        "reconcile recreates the durable autostart instance: {report:?}"
+    );
+    assert_eq!(sim.mdev_uuids(), vec![DURABLE.to_string()]);
+    let reloaded = state::load(&DiskFiles::new(dir.path()), &config().state_dir).unwrap();
+    assert_eq!(
+        reloaded.instances.keys().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![DURABLE],
+        "the restart folded the journal, dropping the torn tail"
+    );
 }
 
 #[test]
