@@ -213,9 +213,8 @@ pub fn replay(
         bytes: data.len() as u64,
         ..Replayed::default()
     };
-    let mut lines = data.split_inclusive(|byte| *byte == b'\n').enumerate();
     let mut entries = Vec::new();
-    while let Some((index, line)) = lines.next() {
+    for (index, line) in data.split_inclusive(|byte| *byte == b'\n').enumerate() {
         let Some(line) = line.strip_suffix(b"\n") else {
             // The last line, cut short before its newline reached the disk.
             replayed.torn = true;
@@ -332,6 +331,7 @@ impl Journal {
     ) -> Result<(), StateError> {
         let mut writer = lock(&self.writer);
         let Writer { shadow, disk } = &mut *writer;
+        let shadow: &StateFile = shadow;
         if entry.is_empty() && !disk.must_fold {
             return Ok(());
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::journal::{Entry, Journal, JOURNAL_FILE_NAME};
-use crate::state::{DiskFiles, ParentRecord, StateError};
+use crate::state::{DiskFiles, InstanceRecord, ParentRecord, StateError, StateFile};
 use mdev_sim::SimHost;
 
 const UUID_A: &str = "11111111-2222-4333-8444-000000000001";
@@ -138,7 +138,10 @@ fn replaying_the_journal_gives_exactly_the_state_the_engine_built_in_memory() {
         !real(dir.path(), "state.json").exists(),
         "no whole-file write happened: the journal alone holds the state"
     );
-    assert_eq!(state::load(files.as_ref(), &state_dir()).unwrap(), in_memory);
+    assert_eq!(
+        state::load(files.as_ref(), &state_dir()).unwrap(),
+        in_memory
+    );
     // Each line names only what it changed: the destroy's line names UUID_B alone.
     let last = journal_lines(dir.path()).pop().unwrap();
     assert!(
@@ -336,10 +339,9 @@ fn a_failed_append_fails_its_call_and_the_next_write_folds_instead_of_appending_
 fn a_migrated_schema_1_state_takes_its_journal_on_top_of_the_migration() {
     let dir = tempfile::tempdir().unwrap();
     let files = DiskFiles::new(dir.path());
-    let v1 = std::fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state-v1.json"),
-    )
-    .unwrap();
+    let v1 =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state-v1.json"))
+            .unwrap();
     std::fs::create_dir_all(real(dir.path(), "")).unwrap();
     std::fs::write(real(dir.path(), "state.json"), &v1).unwrap();
     let migrated = state::load(&files, &state_dir()).unwrap();

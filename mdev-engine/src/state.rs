@@ -15,6 +15,10 @@
 //! schema-1 file is migrated on [`load`] (`state_migration`), its original bytes kept beside it
 //! as [`STATE_V1_BACKUP_NAME`], and the next save writes schema 2. A newer schema is refused.
 //!
+//! In journal mode (`EngineConfig::state_journal`) changes are appended to `state.journal`
+//! beside the state file (`crate::journal`); [`load`] replays it onto `state.json`, and
+//! `state.json` records the journal generation it folded (`journal_generation`).
+//!
 //! Regular files (the state, pending releases, mdevctl definitions, profiles) go through the
 //! small [`StateFiles`] trait rather than [`mdev_host::HostFs`]: they are not kernel files,
 //! and a test can put a lossy implementation behind it to simulate power loss.

@@ -114,8 +114,7 @@ fn journal_store_loses_only_the_unacknowledged_change_when_power_is_cut_between_
     crash_during_second_create_with(dir.path(), &sim, UnsyncedWrite::Atomic, journal_config());
 
     let files: Arc<dyn StateFiles> = Arc::new(DiskFiles::new(dir.path()));
-    let loaded =
-        state::load_detailed(files.as_ref(), &config().state_dir).expect("state loads");
+    let loaded = state::load_detailed(files.as_ref(), &config().state_dir).expect("state loads");
     assert!(
         loaded.journal.torn,
         "the cut fell between the append and its sync: {:?}",
@@ -144,7 +143,11 @@ fn journal_store_loses_only_the_unacknowledged_change_when_power_is_cut_between_
     assert_eq!(sim.mdev_uuids(), vec![DURABLE.to_string()]);
     let reloaded = state::load(&DiskFiles::new(dir.path()), &config().state_dir).unwrap();
     assert_eq!(
-        reloaded.instances.keys().map(ToString::to_string).collect::<Vec<_>>(),
+        reloaded
+            .instances
+            .keys()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
         vec![DURABLE],
         "the restart folded the journal, dropping the torn tail"
     );

@@ -268,12 +268,15 @@ fn autostart_state(env: &Env, bus: &PrivateBus) -> Result<Vec<u8>> {
         Ok::<_, BenchError>(())
     })?;
     daemon.stop()?;
-    let path = super::state_file(root.path());
-    read(&path)
-}
-
-fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(BenchError::io("cannot read", path))
+    // The daemon keeps recent changes in its state journal beside `state.json`: load both
+    // (as its next start would) and hand on the whole state as one file.
+    let files = mdev_engine::DiskFiles::new(root.path());
+    let state = mdev_engine::state::load(&files, Path::new(super::STATE_DIR))
+        .map_err(BenchError::setup("the autostart state the service wrote"))?;
+    let mut data = serde_json::to_vec_pretty(&state)
+        .map_err(BenchError::setup("the autostart state as JSON"))?;
+    data.push(b'\n');
+    Ok(data)
 }
 
 async fn instance_paths(bus: &PrivateBus) -> Result<Vec<OwnedObjectPath>> {

@@ -40,8 +40,12 @@ pub fn run(env: &Env) -> Result<Section> {
     let raw_host =
         SimHost::builtin(SCALE_TOPOLOGY).map_err(BenchError::setup("the scale topology"))?;
     // The engine in-process, state written under a temp root like the daemon's.
+    // Whole-file mode (every change rewrites `state.json`) and journal mode (the daemon's:
+    // every change one append to `state.journal`), each under its own root.
     let engine_root = daemon_root()?;
-    let engine = open_engine(&engine_root)?;
+    let engine = open_engine(&engine_root, false)?;
+    let journal_root = daemon_root()?;
+    let journal_engine = open_engine(&journal_root, true)?;
     // The daemon on its own simulated scale host.
     let bus = PrivateBus::start()?;
     let daemon_root = daemon_root()?;
@@ -64,11 +68,12 @@ pub fn run(env: &Env) -> Result<Section> {
 
     let mut raw = Samples::new();
     let mut in_engine = Samples::new();
+    let mut in_journal_engine = Samples::new();
     let mut over_bus = Samples::new();
     let mut command = Samples::new();
     let warmup = 3;
     for round in 0..env.rounds.single + warmup {
-        let mut order = [0, 1, 2, 3];
+        let mut order = [0, 1, 2, 3, 4];
         if round % 2 == 1 {
             order.reverse();
         }
@@ -77,16 +82,25 @@ pub fn run(env: &Env) -> Result<Section> {
                 0 => raw_create_destroy(&raw_host)?,
                 1 => engine_create_destroy(&engine)?,
                 2 => rt.block_on(bus_create_destroy(&connection, BENCH_PROFILE, PARENT))?,
-                _ => command_create_destroy(&vgpuctl_create, &vgpuctl, &address)?,
+                3 => command_create_destroy(&vgpuctl_create, &vgpuctl, &address)?,
+                _ => engine_create_destroy(&journal_engine)?,
             };
             if round >= warmup {
-                [&mut raw, &mut in_engine, &mut over_bus, &mut command][step].push(elapsed);
+                [
+                    &mut raw,
+                    &mut in_engine,
+                    &mut over_bus,
+                    &mut command,
+                    &mut in_journal_engine,
+                ][step]
+                    .push(elapsed);
             }
         }
     }
     let durable = durable_write_floor(engine_root.path(), env.rounds.single)?;
     let raw = Figure::time(raw);
     let in_engine = Figure::time(in_engine);
+    let in_journal_engine = Figure::time(in_journal_engine);
     let command = Figure::time(command);
     let overhead_ms = (command.samples.median() - raw.samples.median()) * 1e3;
     section.row(Row::new(
@@ -102,10 +116,18 @@ pub fn run(env: &Env) -> Result<Section> {
     section.row(
         Row::new(
             "3",
-            "engine `create` + `destroy` (in-process, durable state)",
+            "engine `create` + `destroy` (in-process, durable state, whole-file mode)",
             in_engine.clone(),
         )
         .against("raw writes", &raw),
+    );
+    section.row(
+        Row::new(
+            "3",
+            "engine `create` + `destroy` (in-process, durable state, state journal)",
+            in_journal_engine.clone(),
+        )
+        .against("whole-file mode", &in_engine),
     );
     section.row(
         Row::new(
@@ -121,7 +143,10 @@ pub fn run(env: &Env) -> Result<Section> {
             "D-Bus `CreateInstances` + `Instance.Destroy` over the engine's own pair",
             Figure::time(over_bus),
         )
-        .against("engine `create` + `destroy`", &in_engine)
+        .against(
+            "engine `create` + `destroy` (state journal, as the daemon)",
+            &in_journal_engine,
+        )
         .target(Target::RatioAtMost(2.0)),
     );
     section.row(
@@ -295,10 +320,11 @@ fn durable_write_floor(dir: &std::path::Path, rounds: usize) -> Result<Samples> 
     Ok(samples)
 }
 
-fn open_engine(root: &tempfile::TempDir) -> Result<Engine> {
+fn open_engine(root: &tempfile::TempDir, state_journal: bool) -> Result<Engine> {
     let host = SimHost::builtin(SCALE_TOPOLOGY).map_err(BenchError::setup("the scale topology"))?;
     let config = EngineConfig {
         state_dir: super::STATE_DIR.into(),
+        state_journal,
         ..EngineConfig::default()
     };
     Engine::new(
