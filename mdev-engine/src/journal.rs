@@ -275,6 +275,8 @@ struct OnDisk {
     state_bytes: u64,
     /// An append failed: the journal may end in part of a line; only a fold may write next.
     must_fold: bool,
+    /// Entries in the journal since it was last folded (or opened).
+    entries: u64,
 }
 
 impl Journal {
@@ -298,6 +300,7 @@ impl Journal {
             },
             state_bytes,
             must_fold: false,
+            entries: replayed.entries as u64,
         };
         if replayed.needs_fold() {
             // Past any stale header too, so no old journal can ever match again.
@@ -340,6 +343,21 @@ impl Journal {
         })
     }
 
+    /// Folds the journal into the state file now unless it holds nothing beyond its header (a
+    /// clean stop: the next start then reads `state.json` alone and leaves it as it is).
+    pub(crate) fn fold_now(
+        &self,
+        files: &dyn StateFiles,
+        state_dir: &Path,
+    ) -> Result<(), StateError> {
+        let mut writer = lock(&self.writer);
+        let Writer { shadow, disk } = &mut *writer;
+        if disk.entries == 0 && !disk.must_fold {
+            return Ok(());
+        }
+        disk.fold(files, state_dir, shadow)
+    }
+
     /// Whether the next write must fold (an append failed). For tests.
     #[cfg(test)]
     pub(crate) fn must_fold(&self) -> bool {
@@ -379,6 +397,7 @@ impl OnDisk {
             });
         }
         self.journal_bytes += data.len() as u64;
+        self.entries += 1;
         if self.wants_fold() {
             // The change is durable already; a failed fold only leaves a longer journal.
             if let Err(error) = self.fold(files, state_dir, shadow) {
@@ -411,6 +430,7 @@ impl OnDisk {
         match files.write_atomic(&path, &header) {
             Ok(()) => {
                 self.journal_bytes = header.len() as u64;
+                self.entries = 0;
                 self.must_fold = false;
             }
             Err(error) => {

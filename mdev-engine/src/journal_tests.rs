@@ -394,3 +394,27 @@ fn whole_file_mode_folds_a_journal_it_finds_and_removes_it() {
     let text = std::fs::read_to_string(real(dir.path(), "state.json")).unwrap();
     assert!(text.contains(UUID_A), "{text}");
 }
+
+#[test]
+fn a_clean_stop_folds_the_journal_and_the_next_start_leaves_the_state_file_as_it_is() {
+    let sim = SimHost::builtin("samples").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let files: Arc<dyn StateFiles> = Arc::new(DiskFiles::new(dir.path()));
+    let engine = open(&sim, Arc::clone(&files));
+    engine.create(mdev(UUID_A, "mtty-1", true)).unwrap();
+    let before = lock(&engine.state).clone();
+    engine.fold_state_journal().unwrap();
+    assert_eq!(journal_lines(dir.path()), ["{\"generation\":1}"]);
+    let bytes = std::fs::read(real(dir.path(), "state.json")).unwrap();
+    // Nothing changed since: a second fold writes nothing.
+    engine.fold_state_journal().unwrap();
+    drop(engine);
+
+    let reopened = open(&sim, Arc::clone(&files));
+    assert_eq!(*lock(&reopened.state), before);
+    assert_eq!(
+        std::fs::read(real(dir.path(), "state.json")).unwrap(),
+        bytes
+    );
+    assert_eq!(journal_lines(dir.path()), ["{\"generation\":1}"]);
+}

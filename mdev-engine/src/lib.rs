@@ -222,6 +222,16 @@ impl Engine {
         self.commits.stats()
     }
 
+    /// Folds the state journal into `state.json` (journal mode; nothing to do in whole-file
+    /// mode or when the journal holds no change), so that a stopped service leaves its whole
+    /// state in `state.json`. For a clean stop; every acknowledged change is durable without it.
+    pub fn fold_state_journal(&self) -> Result<(), EngineError> {
+        match &self.journal {
+            Some(journal) => Ok(journal.fold_now(self.files.as_ref(), &self.config.state_dir)?),
+            None => Ok(()),
+        }
+    }
+
     /// How many sysfs writes are still blocked in the kernel after timing out.
     pub fn stuck_writes(&self) -> usize {
         self.host.writer.stuck()

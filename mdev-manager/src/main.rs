@@ -428,6 +428,14 @@ async fn serve() -> Result<()> {
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     }
     drop(connection);
+    // A clean stop leaves the whole state in state.json (the journal folded into it).
+    let folded = {
+        let engine = engine.clone();
+        tokio::task::spawn_blocking(move || engine.fold_state_journal()).await
+    };
+    if let Ok(Err(error)) = folded {
+        tracing::warn!(error = %vgpu_types::error_chain(&error), "cannot fold the state journal at stop");
+    }
     tracing::info!("stopped");
     drop(state_dir_lock);
     Ok(outcome?)
