@@ -58,6 +58,16 @@ impl Fixture {
         self.sim.mdev_uuids().iter().any(|u| u == uuid)
     }
 
+    /// Creates the persistent mtty-2 instance `uuid`.
+    fn create_persistent(&self, uuid: &str) {
+        self.engine
+            .create(CreateRequest {
+                persistent: true,
+                ..mtty_create(uuid)
+            })
+            .unwrap();
+    }
+
     /// Destroys `uuid` with the default options.
     fn destroy(&self, uuid: &str) -> Result<(), EngineError> {
         self.engine.destroy(uuid, DestroyOptions::default())
@@ -179,12 +189,7 @@ fn concurrent_claims_of_one_instance_by_different_domains_let_exactly_one_win() 
     let claimants = 6;
     for round in 0..12 {
         let uuid = round_uuid(round);
-        engine
-            .create(CreateRequest {
-                persistent: true,
-                ..mtty_create(&uuid)
-            })
-            .unwrap();
+        fx.create_persistent(&uuid);
         // Odd rounds race on a defined (stopped) instance, even ones on a running one.
         if round % 2 == 1 {
             engine.stop(&uuid, DestroyOptions::default()).unwrap();
@@ -552,12 +557,7 @@ fn an_import_racing_a_destroy_of_the_same_uuid_ends_as_one_order_or_the_other() 
     fx.slow("*/remove");
     for round in 0..12 {
         let uuid = round_uuid(round);
-        engine
-            .create(CreateRequest {
-                persistent: true,
-                ..mtty_create(&uuid)
-            })
-            .unwrap();
+        fx.create_persistent(&uuid);
         // mdevctl's own definition of the same instance (as after `mdevctl define`).
         let file = write_definition(fx.dir.path(), &uuid, false);
         let (destroyed, imported) = race(
@@ -603,12 +603,7 @@ fn set_attributes_racing_a_destroy_never_leaves_a_record_of_the_destroyed_instan
     fx.slow("*/remove");
     for round in 0..12 {
         let uuid = round_uuid(round);
-        engine
-            .create(CreateRequest {
-                persistent: true,
-                ..mtty_create(&uuid)
-            })
-            .unwrap();
+        fx.create_persistent(&uuid);
         let (destroyed, set) = race(
             round,
             || fx.destroy(&uuid),
