@@ -157,6 +157,21 @@ pub async fn connect(bus: &PrivateBus) -> Result<zbus::Connection> {
         .map_err(BenchError::bus("connect"))
 }
 
+/// Waits for every client task and pools their samples; the first failure (of a task, or the
+/// task itself) is the result.
+pub async fn join_clients(
+    tasks: Vec<tokio::task::JoinHandle<Result<crate::stats::Samples>>>,
+) -> Result<crate::stats::Samples> {
+    let mut all = crate::stats::Samples::new();
+    for task in tasks {
+        let samples = task
+            .await
+            .map_err(|e| BenchError::Check(format!("a client task failed: {e}")))??;
+        all.extend(&samples);
+    }
+    Ok(all)
+}
+
 /// A tokio runtime for the harness's own D-Bus clients.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
