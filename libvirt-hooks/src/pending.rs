@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn records_the_domain_name_under_its_uuid() {
         let root = tempfile::tempdir().unwrap();
-        let uuid = Uuid::parse_any_spelling("4dea22b3-1d52-d8f3-2516-782e98ab3fa0").unwrap();
+        let uuid = Uuid::parse("4dea22b3-1d52-d8f3-2516-782e98ab3fa0").unwrap();
         let path =
             record_pending_release(root.path(), Path::new(DEFAULT), &uuid, "vm one").unwrap();
         assert_eq!(
@@ -118,8 +118,8 @@ mod tests {
     #[test]
     fn records_go_into_the_state_directory_given() {
         let root = tempfile::tempdir().unwrap();
-        let path = record_pending_release(root.path(), Path::new("/srv/vgpu"), &Uuid::NIL, "vm")
-            .unwrap();
+        let path =
+            record_pending_release(root.path(), Path::new("/srv/vgpu"), &Uuid::NIL, "vm").unwrap();
         assert_eq!(
             path,
             root.path()

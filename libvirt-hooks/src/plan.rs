@@ -445,11 +445,12 @@ fn parse_document(xml: &[u8]) -> Result<ParsedDomain, PlanError> {
                     (1, false, b"name") => domain.name = Some(text.trim().to_owned()),
                     (1, false, b"uuid") => {
                         let value = text.trim();
-                        domain.uuid =
-                            Some(Uuid::parse_any_spelling(value).map_err(|_| PlanError::BadUuid {
+                        domain.uuid = Some(Uuid::parse_any_spelling(value).map_err(|_| {
+                            PlanError::BadUuid {
                                 element: "<domain><uuid>".to_owned(),
                                 value: value.to_owned(),
-                            })?);
+                            }
+                        })?);
                     }
                     (2, false, b"hostdev") => {
                         if let Some(draft) = hostdev.take() {
@@ -1033,7 +1034,7 @@ mod tests {
     }
 
     fn uuid(text: &str) -> Uuid {
-        Uuid::parse_any_spelling(text).unwrap()
+        Uuid::parse(text).unwrap()
     }
 
     fn address(text: &str) -> PciAddress {

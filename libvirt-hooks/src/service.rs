@@ -140,7 +140,8 @@ impl ManagedInstances {
             }
             if let Some(address) = text("PciAddress").and_then(|a| a.parse::<PciAddress>().ok()) {
                 managed.pci_addresses.insert(address);
-            } else if let Some(uuid) = text("Uuid").and_then(|u| Uuid::parse_any_spelling(&u).ok()) {
+            } else if let Some(uuid) = text("Uuid").and_then(|u| Uuid::parse_any_spelling(&u).ok())
+            {
                 managed.uuids.insert(uuid);
             }
         }
@@ -468,10 +469,7 @@ mod tests {
             ]),
         );
         let managed = ManagedInstances::from_managed_objects(&objects);
-        assert_eq!(
-            managed.uuids,
-            HashSet::from([Uuid::parse_any_spelling(ours).unwrap()])
-        );
+        assert_eq!(managed.uuids, HashSet::from([Uuid::parse(ours).unwrap()]));
         assert_eq!(
             managed.pci_addresses,
             HashSet::from(["0000:3b:00.4".parse().unwrap()])
