@@ -223,7 +223,37 @@ pub enum EchoKind {
 /// writing call returns.
 #[derive(Debug, Default)]
 pub struct OwnEchoes {
-    expected: Mutex<std::collections::HashMap<(EchoKind, String), std::time::Instant>>,
+    expected: Mutex<Expected>,
+}
+
+/// The expectations by kind and device, and the same in the order they were noted (with when),
+/// so expiring the old ones looks only at those old enough: a scan of every expectation on
+/// each write made a reconcile of 4,096 instances quadratic.
+#[derive(Debug, Default)]
+struct Expected {
+    by_id: std::collections::HashMap<(EchoKind, String), std::time::Instant>,
+    /// Oldest first; an entry whose key was taken, cancelled or noted again since stays
+    /// here until it expires, and then removes nothing.
+    noted: std::collections::VecDeque<(std::time::Instant, EchoKind, String)>,
+}
+
+impl Expected {
+    /// Drops the expectations noted `ECHO_WINDOW` or longer before `now`.
+    fn expire(&mut self, now: std::time::Instant) {
+        while self
+            .noted
+            .front()
+            .is_some_and(|(since, ..)| now.duration_since(*since) >= ECHO_WINDOW)
+        {
+            if let Some((since, kind, id)) = self.noted.pop_front() {
+                let key = (kind, id);
+                // Noted again since: that later note is the one in force.
+                if self.by_id.get(&key) == Some(&since) {
+                    self.by_id.remove(&key);
+                }
+            }
+        }
+    }
 }
 
 impl OwnEchoes {
@@ -232,20 +262,25 @@ impl OwnEchoes {
     pub fn expect(&self, kind: EchoKind, id: &str) {
         let now = std::time::Instant::now();
         let mut expected = lock(&self.expected);
-        expected.retain(|_, since| now.duration_since(*since) < ECHO_WINDOW);
-        expected.insert((kind, id.to_owned()), now);
+        expected.expire(now);
+        expected.by_id.insert((kind, id.to_owned()), now);
+        expected.noted.push_back((now, kind, id.to_owned()));
     }
 
     /// Drops an expectation whose write failed (no uevent will come).
     pub fn cancel(&self, kind: EchoKind, id: &str) {
-        lock(&self.expected).remove(&(kind, id.to_owned()));
+        lock(&self.expected).by_id.remove(&(kind, id.to_owned()));
     }
 
     /// Whether a uevent is the echo of our own write (consumes the expectation).
     pub fn take(&self, kind: EchoKind, uuid: &str) -> bool {
-        lock(&self.expected)
+        let now = std::time::Instant::now();
+        let mut expected = lock(&self.expected);
+        expected.expire(now);
+        expected
+            .by_id
             .remove(&(kind, uuid.to_owned()))
-            .is_some_and(|since| since.elapsed() < ECHO_WINDOW)
+            .is_some_and(|since| now.duration_since(since) < ECHO_WINDOW)
     }
 
     /// Runs `write` expecting `kind` for `id`; a write refused outright causes no uevent,
@@ -484,5 +519,47 @@ impl Host {
             &layout::pci_device(&vf).join("nvidia/current_vgpu_type"),
             "0",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Expiring looks only at notes old enough, keeps an expectation noted again after an
+    /// older note of the same device, and leaves nothing behind once every note expired.
+    #[test]
+    fn expectations_expire_after_the_window_and_a_renewed_one_survives_its_old_note() {
+        let start = std::time::Instant::now();
+        let later = start + Duration::from_secs(10);
+        let mut expected = Expected::default();
+        for (at, id) in [(start, "a"), (start, "b"), (later, "a")] {
+            expected.expire(at);
+            expected.by_id.insert((EchoKind::Added, id.to_owned()), at);
+            expected
+                .noted
+                .push_back((at, EchoKind::Added, id.to_owned()));
+        }
+        expected.expire(start + ECHO_WINDOW);
+        let held: Vec<&str> = expected.by_id.keys().map(|(_, id)| id.as_str()).collect();
+        assert_eq!(held, ["a"], "b expired, a was noted again later");
+        assert_eq!(expected.noted.len(), 1);
+        expected.expire(later + ECHO_WINDOW);
+        assert!(expected.by_id.is_empty());
+        assert!(expected.noted.is_empty());
+    }
+
+    /// An echo is recognised once: the expectation is consumed by the uevent; a cancelled one
+    /// is not recognised at all.
+    #[test]
+    fn an_expected_echo_is_taken_once_and_a_cancelled_one_never() {
+        let echoes = OwnEchoes::default();
+        echoes.expect(EchoKind::Added, "u1");
+        echoes.expect(EchoKind::Removed, "u2");
+        echoes.cancel(EchoKind::Removed, "u2");
+        assert!(echoes.take(EchoKind::Added, "u1"));
+        assert!(!echoes.take(EchoKind::Added, "u1"));
+        assert!(!echoes.take(EchoKind::Removed, "u2"));
+        assert!(!echoes.take(EchoKind::Bound, "u1"));
     }
 }

@@ -213,12 +213,30 @@ fn open_host(cli: &Cli) -> Result<OpenedHost> {
 /// and keeps its resident memory down (docs/benchmarks.md, item 4).
 const MALLOC_ARENAS: libc::c_int = 1;
 
+/// Allocations from this size up get pages of their own, given back to the system when freed.
+/// glibc's default threshold adapts upwards after such a block is freed, after which the big
+/// temporaries of a start-up reconcile or a large listing (buffers of several MiB with 4,096
+/// instances) stay in the heap and resident; a fixed threshold keeps that from happening.
+const MALLOC_MMAP_THRESHOLD: libc::c_int = 256 * 1024;
+
+/// Gives the heap's free pages back to the system (glibc keeps them after `free`): called once
+/// the start-up reconcile and the publication are done, whose temporaries are freed by then
+/// and sit between what stays (measured with 4,096 instances: 84.9 MiB resident before, 64.0
+/// MiB after; `docs/benchmarks.md`, issue 15).
+fn return_free_memory() {
+    // SAFETY: malloc_trim only walks the allocator's own free lists under its lock.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn main() -> Result<()> {
     // Before any thread exists, so no thread has made an arena of its own yet.
     // SAFETY: mallopt only sets an allocator parameter; no thread is allocating concurrently
     // (the runtime is started below).
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD);
     }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -393,6 +411,7 @@ async fn serve() -> Result<()> {
     );
     // Watching before asking, so a loss right after the request is not missed.
     let mut name_watch = NameWatch::new(&connection).await?;
+    return_free_memory();
     Service::request_name(&connection).await?;
     tracing::info!(name = dbus_api::names::BUS_NAME, "ready");
 

@@ -1474,3 +1474,48 @@ fn h200_real_matches_the_real_host_capture() {
     );
     assert!(!host.exists(p(&format!("{dir}/driver"))));
 }
+
+/// The search for a free IOMMU group or VFIO index starts past the ids known to be taken, and
+/// a freed id lowers that start again: after freeing two ids below the highest, the next two
+/// creates get the freed ones, lowest first, and the one after continues past the highest.
+#[test]
+fn ids_freed_below_the_highest_are_handed_out_lowest_first() {
+    let host = samples();
+    let ids_of = |u: &str| -> (String, OsString) {
+        let group = host
+            .read_link(p(&format!("/sys/bus/mdev/devices/{u}/iommu_group")))
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let cdev = host
+            .list(p(&format!("/sys/bus/mdev/devices/{u}/vfio-dev")))
+            .unwrap()
+            .remove(0);
+        (group, cdev)
+    };
+    for n in 1..=5 {
+        host.write(p(&format!("{MTTY1}/create")), uuid(n).as_bytes())
+            .unwrap();
+    }
+    let before: Vec<(String, OsString)> = (1..=5).map(|n| ids_of(&uuid(n))).collect();
+    for n in [4, 2] {
+        host.write(
+            p(&format!("/sys/bus/mdev/devices/{}/remove", uuid(n))),
+            b"1",
+        )
+        .unwrap();
+    }
+    for n in 6..=8 {
+        host.write(p(&format!("{MTTY1}/create")), uuid(n).as_bytes())
+            .unwrap();
+    }
+    assert_eq!(ids_of(&uuid(6)), before[1]);
+    assert_eq!(ids_of(&uuid(7)), before[3]);
+    let (group, cdev) = ids_of(&uuid(8));
+    let next: u32 = before[4].0.parse::<u32>().unwrap() + 1;
+    assert_eq!(group, next.to_string());
+    assert_ne!(cdev, before[4].1);
+    assert!(before.iter().all(|(_, taken)| *taken != cdev));
+}

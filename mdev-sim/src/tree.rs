@@ -146,8 +146,11 @@ impl<F> Tree<F> {
     pub(crate) fn add_link(&mut self, path: &str, target: impl Into<String>) {
         self.remove(path);
         self.attach(path);
-        self.nodes
-            .insert(path.to_string(), Node::Link(target.into()));
+        // Kept for the host's life (one per link, several per mdev): without the room a
+        // built-up text has left over (`relative_link` reserves for the longest case).
+        let mut target = target.into();
+        target.shrink_to_fit();
+        self.nodes.insert(path.to_string(), Node::Link(target));
     }
 
     /// Adds a link whose text is the relative path from the link's directory to `to`.

@@ -435,7 +435,7 @@ impl World {
             .unwrap_or_default();
         let vfio_dev = format!("{}/vfio-dev/vfio{}", mdev.dir, mdev.vfio_index);
         self.tree.remove(&join(&mdev.dir, "vfio-dev"));
-        self.vfio_indexes.remove(&mdev.vfio_index);
+        self.free_vfio_index(mdev.vfio_index);
         self.emit(UeventAction::Remove, &vfio_dev, "vfio-dev", &[]);
         self.kill_holders(mdev.group);
         self.group_leave(mdev.group, &mdev.dir, uuid);

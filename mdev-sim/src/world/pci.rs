@@ -262,7 +262,7 @@ impl World {
         self.tree.remove(&join(&dir, "nvidia"));
         if let Some(index) = vfio_index {
             self.tree.remove(&join(&dir, "vfio-dev"));
-            self.vfio_indexes.remove(&index);
+            self.free_vfio_index(index);
             self.emit(
                 UeventAction::Remove,
                 &format!("{dir}/vfio-dev/vfio{index}"),
