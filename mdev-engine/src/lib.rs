@@ -113,8 +113,11 @@ pub struct Engine {
     /// Concurrent state changes share one durable write (see `group_commit`).
     commits: group_commit::GroupCommit,
     /// Held for a whole `/etc/mdevctl.d` sync, its read of the state to its last write (see
-    /// `mdevctl_mirror`), so an older pass never writes over a newer one.
-    pub(crate) mirror: Mutex<()>,
+    /// `mdevctl_mirror`), so an older pass never writes over a newer one; holds the mirror's
+    /// list of owned files once read, so a sync of a few instances does not re-read it.
+    pub(crate) mirror: Mutex<mdevctl_mirror::Owned>,
+    /// The domain index as last written (see `domain_index`).
+    domain_index: domain_index::DomainIndex,
 }
 
 /// Locks a mutex, taking the data even if a panicking thread poisoned it: every critical
@@ -191,7 +194,8 @@ impl Engine {
             generation: std::sync::atomic::AtomicU64::new(0),
             telemetry_cache: Default::default(),
             commits: Default::default(),
-            mirror: Mutex::new(()),
+            mirror: Mutex::new(mdevctl_mirror::Owned::default()),
+            domain_index: Default::default(),
         })
     }
 
@@ -250,7 +254,7 @@ impl Engine {
                 (state.clone(), self.commits.latest())
             },
             |snapshot| {
-                domain_index::commit(files, state_dir, snapshot, || {
+                self.domain_index.commit(files, state_dir, snapshot, || {
                     state::save(files, state_dir, snapshot)
                 })
             },
