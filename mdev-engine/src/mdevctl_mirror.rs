@@ -11,7 +11,9 @@
 //! the engine's mirror lock from its read of the state to its last write, so a pass that read
 //! an older state never writes after one that read a newer state. A persistence change
 //! followed by a sync therefore leaves the mirror in step with the state, whatever other passes
-//! run meanwhile (the service also runs them under its refresh lock).
+//! run meanwhile (the service also runs them under its refresh lock). A partial sync
+//! ([`Engine::sync_mdevctl_mirror_of`]) is such a pass over the named instances alone: the
+//! service runs one for the instances each publication names, after one whole sync.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -200,7 +200,8 @@ impl Service {
     }
 
     /// Keeps mdevctl's definition files in step with the persistent instances from now on:
-    /// a sync runs with every refresh, under the refresh lock (`mdev_engine::mdevctl_mirror`).
+    /// the first refresh runs a whole sync, every later one that publishes instances syncs
+    /// those instances alone, under the refresh lock (`mdev_engine::mdevctl_mirror`).
     pub fn enable_mdevctl_mirror(&self) {
         self.mirror_mdevctl.store(true, Ordering::SeqCst);
     }
