@@ -26,6 +26,26 @@ impl Drop for Reservation<'_> {
     }
 }
 
+/// The host as profile placement sees it during one create or one batch.
+#[derive(Debug)]
+pub(super) struct PlacementView {
+    inventory: Inventory,
+    /// `Some(parent)`: the inventory holds only that mdev parent
+    /// ([`Engine::parent_inventory`]), enough for requests pinned to it and for no other.
+    only: Option<String>,
+}
+
+impl PlacementView {
+    /// Whether a request pinned to `parent` (`None`: placed anywhere) can be placed on it.
+    fn serves(&self, parent: Option<&str>) -> bool {
+        match (&self.only, parent) {
+            (None, _) => true,
+            (Some(only), Some(parent)) => only == parent,
+            (Some(_), None) => false,
+        }
+    }
+}
+
 /// Refuses a weight outside 1..=10000 (shares are checked by the scheduler).
 pub(super) fn check_scheduling(scheduling: &Scheduling) -> Result<(), EngineError> {
     if let Some(weight) = scheduling.weight {
@@ -184,7 +204,7 @@ impl Engine {
         let mut done: Vec<InstanceRecord> = Vec::new();
         // One discovery for the whole batch: each step's placement sees it updated with what the
         // steps before it created (re-reading only the parent that changed).
-        let mut placement_view = None;
+        let mut placement_view: Option<PlacementView> = None;
         for (index, request) in requests.iter().enumerate() {
             let created = ctx
                 .check(|| format!("creating {}", describe_target(&request.target)))
@@ -228,13 +248,14 @@ impl Engine {
     }
 
     /// [`Engine::create_one`] placing a profile on `view`, the host as a batch's earlier steps
-    /// left it (discovered when `None`, then kept up to date with what this step creates).
+    /// left it (read when `None` or when it does not cover this request's parent, then kept up
+    /// to date with what this step creates).
     fn create_one_placed(
         &self,
         ctx: &OperationContext,
         request: &CreateRequest,
         claim: Option<Claim>,
-        view: &mut Option<Inventory>,
+        view: &mut Option<PlacementView>,
     ) -> Result<InstanceRecord, EngineError> {
         let uuid = match &request.uuid {
             Some(text) => names::parse_uuid(text)?,
@@ -268,20 +289,8 @@ impl Engine {
             let mut scheduling = request.scheduling;
             let (target, profile) = match &request.target {
                 CreateTarget::Profile { profile, parent } => {
-                    if view.is_none() {
-                        *view = Some(self.inventory()?);
-                    }
-                    let inventory = view.as_ref().ok_or_else(|| EngineError::InvalidArgument {
-                        what: "placement",
-                        value: profile.clone(),
-                        reason: "no host view to place on".into(),
-                    })?;
-                    let resolved = self.resolve_profile(
-                        profile,
-                        parent.as_deref(),
-                        request.placement,
-                        inventory,
-                    )?;
+                    let resolved =
+                        self.place_profile(profile, parent.as_deref(), request.placement, view)?;
                     scheduling.weight = scheduling.weight.or(Some(resolved.default_weight));
                     scheduling.min_share = scheduling.min_share.or(resolved.compute_shares.0);
                     scheduling.max_share = scheduling.max_share.or(resolved.compute_shares.1);
@@ -566,11 +575,11 @@ impl Engine {
     /// caller took the room) drops the view, so the next step discovers afresh.
     fn update_placement_view(
         &self,
-        view: &mut Option<Inventory>,
+        view: &mut Option<PlacementView>,
         target: &CreateTarget,
         created: &Result<InstanceRecord, EngineError>,
     ) {
-        let (Some(inventory), CreateTarget::Mdev { parent, .. }, Ok(record)) =
+        let (Some(PlacementView { inventory, .. }), CreateTarget::Mdev { parent, .. }, Ok(record)) =
             (view.as_mut(), target, created)
         else {
             *view = None;
@@ -610,6 +619,55 @@ impl Engine {
             iommu_group: None,
             vfio_device: None,
         });
+    }
+
+    /// Places `profile` (pinned to `parent` when given) on `view`, reading the host first when
+    /// the view is missing or does not cover `parent`. A request pinned to a registered mdev
+    /// parent reads that parent alone ([`Engine::parent_inventory`]): its cost does not grow
+    /// with the number of parents. When it cannot be placed there, the whole host is read and
+    /// placement runs again, so the refusal says what it says with the whole host in view
+    /// (the GPUs that host no vGPU, a VF named as the parent).
+    fn place_profile(
+        &self,
+        profile: &str,
+        parent: Option<&str>,
+        placement: PlacementRequest,
+        view: &mut Option<PlacementView>,
+    ) -> Result<profiles::Resolved, EngineError> {
+        let current = match view.take() {
+            Some(current) if current.serves(parent) => current,
+            _ => match parent {
+                Some(parent) => match self.parent_inventory(parent)? {
+                    Some(inventory) => PlacementView {
+                        inventory,
+                        only: Some(parent.to_owned()),
+                    },
+                    None => PlacementView {
+                        inventory: self.placement_inventory()?,
+                        only: None,
+                    },
+                },
+                None => PlacementView {
+                    inventory: self.placement_inventory()?,
+                    only: None,
+                },
+            },
+        };
+        let placed = self.resolve_profile(profile, parent, placement, &current.inventory);
+        let narrowed = current.only.is_some();
+        *view = Some(current);
+        match placed {
+            Err(_) if narrowed => {
+                let whole = PlacementView {
+                    inventory: self.placement_inventory()?,
+                    only: None,
+                };
+                let placed = self.resolve_profile(profile, parent, placement, &whole.inventory);
+                *view = Some(whole);
+                placed
+            }
+            placed => placed,
+        }
     }
 
     pub(super) fn resolve_profile(

@@ -43,12 +43,29 @@ pub fn commit(
     state: &StateFile,
     save: impl FnOnce() -> Result<(), StateError>,
 ) -> Result<(), StateError> {
-    let holding = holding_domains(state);
     let listed = listed(files, state_dir)?;
+    commit_over(files, state_dir, state, listed, save).map(drop)
+}
+
+/// [`commit`] over the names `listed` in the index now; returns what it lists afterwards
+/// (the holders, and any stale name whose removal failed, to be tried again).
+fn commit_over(
+    files: &dyn StateFiles,
+    state_dir: &Path,
+    state: &StateFile,
+    listed: BTreeSet<String>,
+    save: impl FnOnce() -> Result<(), StateError>,
+) -> Result<BTreeSet<String>, StateError> {
+    let holding = holding_domains(state);
+    if holding == listed {
+        // No claim changed hands: the index is left alone.
+        save()?;
+        return Ok(listed);
+    }
     add(files, state_dir, holding.difference(&listed))?;
     save()?;
-    remove(files, state_dir, listed.difference(&holding));
-    Ok(())
+    let kept = remove(files, state_dir, listed.difference(&holding));
+    Ok(holding.into_iter().chain(kept).collect())
 }
 
 /// Makes the index list exactly the domains holding claims in `state` (at start, before the
@@ -59,6 +76,34 @@ pub fn rebuild(
     state: &StateFile,
 ) -> Result<(), StateError> {
     commit(files, state_dir, state, || Ok(()))
+}
+
+/// The index as the engine keeps it: what the directory lists, known in memory after the first
+/// commit, so a commit reads nothing of it and writes it only when the set of holding domains
+/// changes. Only the engine writes the index (the hook reads it), so the memory stays true;
+/// after a failed commit the directory is listed again.
+#[derive(Debug, Default)]
+pub(crate) struct DomainIndex {
+    listed: std::sync::Mutex<Option<BTreeSet<String>>>,
+}
+
+impl DomainIndex {
+    /// [`commit`], using and keeping the known listing.
+    pub(crate) fn commit(
+        &self,
+        files: &dyn StateFiles,
+        state_dir: &Path,
+        state: &StateFile,
+        save: impl FnOnce() -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        let mut known = crate::lock(&self.listed);
+        let listed = match known.take() {
+            Some(listed) => listed,
+            None => listed(files, state_dir)?,
+        };
+        *known = Some(commit_over(files, state_dir, state, listed, save)?);
+        Ok(())
+    }
 }
 
 fn index_dir(state_dir: &Path) -> PathBuf {
@@ -97,15 +142,27 @@ fn add<'a>(
     Ok(())
 }
 
-/// Removes stale names. The state is saved by then, so a failure is only logged: a stale file
-/// costs the hook one needless call, and the next commit or start tries again.
-fn remove<'a>(files: &dyn StateFiles, state_dir: &Path, names: impl Iterator<Item = &'a String>) {
+/// Removes stale names; returns those it could not remove. The state is saved by then, so a
+/// failure is only logged: a stale file costs the hook one needless call, and the next commit
+/// or start tries again.
+fn remove<'a>(
+    files: &dyn StateFiles,
+    state_dir: &Path,
+    names: impl Iterator<Item = &'a String>,
+) -> Vec<String> {
+    let mut kept = Vec::new();
     for name in names {
         let path = index_dir(state_dir).join(name);
-        if let Err(error) = files.remove(&path) {
-            tracing::warn!(path = %path.display(), %error, "cannot remove a stale domain index entry");
+        match files.remove(&path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "cannot remove a stale domain index entry");
+                kept.push(name.clone());
+            }
         }
     }
+    kept
 }
 
 #[cfg(test)]

@@ -117,8 +117,11 @@ pub struct Engine {
     /// whole-file mode.
     journal: Option<journal::Journal>,
     /// Held for a whole `/etc/mdevctl.d` sync, its read of the state to its last write (see
-    /// `mdevctl_mirror`), so an older pass never writes over a newer one.
-    pub(crate) mirror: Mutex<()>,
+    /// `mdevctl_mirror`), so an older pass never writes over a newer one; holds the mirror's
+    /// list of owned files once read, so a sync of a few instances does not re-read it.
+    pub(crate) mirror: Mutex<mdevctl_mirror::Owned>,
+    /// The domain index as last written (see `domain_index`).
+    domain_index: domain_index::DomainIndex,
 }
 
 /// Locks a mutex, taking the data even if a panicking thread poisoned it: every critical
@@ -198,7 +201,8 @@ impl Engine {
             telemetry_cache: Default::default(),
             commits: Default::default(),
             journal,
-            mirror: Mutex::new(()),
+            mirror: Mutex::new(mdevctl_mirror::Owned::default()),
+            domain_index: Default::default(),
         })
     }
 
@@ -279,7 +283,7 @@ impl Engine {
                 (state.clone(), self.commits.latest())
             },
             |snapshot| {
-                domain_index::commit(files, state_dir, snapshot, || {
+                self.domain_index.commit(files, state_dir, snapshot, || {
                     state::save(files, state_dir, snapshot)
                 })
             },

@@ -11,11 +11,14 @@
 //! the engine's mirror lock from its read of the state to its last write, so a pass that read
 //! an older state never writes after one that read a newer state. A persistence change
 //! followed by a sync therefore leaves the mirror in step with the state, whatever other passes
-//! run meanwhile (the service also runs them under its refresh lock).
+//! run meanwhile (the service also runs them under its refresh lock). A partial sync
+//! ([`Engine::sync_mdevctl_mirror_of`]) is such a pass over the named instances alone: the
+//! service runs one for the instances each publication names, after one whole sync.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::state::InstanceRecord;
 use crate::{lock, Engine, InstanceKind};
 
 /// The list of files the mirror owns, in the state directory.
@@ -54,40 +57,88 @@ pub fn definition_text(type_id: &str, autostart: bool, attributes: &[(String, St
     )
 }
 
+/// The mirror's list of the files it owns (host path → bytes written), as last read from or
+/// written to [`MANIFEST`]; `None` until the first sync reads it. Only syncs touch it, under
+/// the engine's mirror lock.
+#[derive(Debug, Default)]
+pub(crate) struct Owned(Option<BTreeMap<String, String>>);
+
 impl Engine {
     /// Brings `/etc/mdevctl.d` in step with the persistent mdev instances (see the module
-    /// contract). Never fails: what cannot be done is in the report.
+    /// contract): every instance, and every file the mirror owns. Never fails: what cannot be
+    /// done is in the report.
     pub fn sync_mdevctl_mirror(&self) -> MirrorReport {
-        let _one_pass = lock(&self.mirror);
+        self.sync_mirror(None)
+    }
+
+    /// [`Engine::sync_mdevctl_mirror`] for the instances `uuids` alone (those a change named):
+    /// their definition files are written, rewritten or removed as their records now say;
+    /// nothing else is read or written, so the cost follows the change, not the host. The
+    /// caller runs one whole sync first (at start) so files of instances no change will name
+    /// are in step too.
+    pub fn sync_mdevctl_mirror_of<'a>(
+        &self,
+        uuids: impl IntoIterator<Item = &'a str>,
+    ) -> MirrorReport {
+        let only: BTreeSet<&str> = uuids.into_iter().collect();
+        self.sync_mirror(Some(&only))
+    }
+
+    fn sync_mirror(&self, only: Option<&BTreeSet<&str>>) -> MirrorReport {
+        let mut cached = lock(&self.mirror);
         let mut report = MirrorReport::default();
         let manifest_path = self.config.state_dir.join(MANIFEST);
-        let mut owned: BTreeMap<String, String> = match self.files.read(&manifest_path) {
-            Ok(Some(data)) => serde_json::from_slice(&data).unwrap_or_else(|error| {
-                report.problems.push(format!(
-                    "{}: {error}; starting a new list",
-                    manifest_path.display()
-                ));
-                BTreeMap::new()
-            }),
-            Ok(None) => BTreeMap::new(),
-            Err(error) => {
-                report
-                    .problems
-                    .push(format!("{}: {error}", manifest_path.display()));
-                return report;
+        // A whole sync reads the list again (an admin may have repaired it); a partial one
+        // trusts the list the last sync left.
+        let known = if only.is_some() {
+            cached.0.take()
+        } else {
+            None
+        };
+        let mut owned: BTreeMap<String, String> = match known {
+            Some(owned) => owned,
+            None => match self.files.read(&manifest_path) {
+                Ok(Some(data)) => serde_json::from_slice(&data).unwrap_or_else(|error| {
+                    report.problems.push(format!(
+                        "{}: {error}; starting a new list",
+                        manifest_path.display()
+                    ));
+                    BTreeMap::new()
+                }),
+                Ok(None) => BTreeMap::new(),
+                Err(error) => {
+                    report
+                        .problems
+                        .push(format!("{}: {error}", manifest_path.display()));
+                    return report;
+                }
+            },
+        };
+        let wanted =
+            |record: &&InstanceRecord| record.persistent && record.kind == InstanceKind::Mdev;
+        let definition = |record: &InstanceRecord| {
+            let path = self.mirror_path(&record.parent, &record.uuid.to_string());
+            let text = definition_text(&record.type_id, record.autostart, &record.attributes);
+            (path.display().to_string(), text)
+        };
+        let desired: BTreeMap<String, String> = {
+            let state = lock(&self.state);
+            match only {
+                None => state
+                    .instances
+                    .values()
+                    .filter(wanted)
+                    .map(definition)
+                    .collect(),
+                Some(uuids) => uuids
+                    .iter()
+                    .filter_map(|uuid| state.instance(uuid))
+                    .filter(wanted)
+                    .map(definition)
+                    .collect(),
             }
         };
-        let desired: BTreeMap<String, String> = lock(&self.state)
-            .instances
-            .values()
-            .filter(|record| record.persistent && record.kind == InstanceKind::Mdev)
-            .map(|record| {
-                let path = self.mirror_path(&record.parent, &record.uuid.to_string());
-                let text = definition_text(&record.type_id, record.autostart, &record.attributes);
-                (path.display().to_string(), text)
-            })
-            .collect();
-        let before = owned.clone();
+        let mut changed = false;
         for (path, text) in &desired {
             if owned.get(path) == Some(text) {
                 continue;
@@ -100,6 +151,7 @@ impl Engine {
                     // the mirror takes it over.
                     Ok(Some(existing)) if existing == text.as_bytes() => {
                         owned.insert(path.clone(), text.clone());
+                        changed = true;
                         continue;
                     }
                     Ok(Some(_)) => {
@@ -115,29 +167,41 @@ impl Engine {
             match self.files.write_atomic(file, text.as_bytes()) {
                 Ok(()) => {
                     owned.insert(path.clone(), text.clone());
+                    changed = true;
                     report.written.push(path.clone());
                 }
                 Err(error) => report.problems.push(format!("{path}: {error}")),
             }
         }
+        // Files owned for instances in scope that their records no longer want (a partial
+        // sync's scope: the files named after its instances, whatever their parent).
+        let in_scope = |path: &str| match only {
+            None => true,
+            Some(uuids) => Path::new(path)
+                .file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| uuids.contains(name)),
+        };
         let stale: Vec<String> = owned
             .keys()
-            .filter(|path| !desired.contains_key(*path))
+            .filter(|path| in_scope(path) && !desired.contains_key(*path))
             .cloned()
             .collect();
         for path in stale {
             match self.files.remove(Path::new(&path)) {
                 Ok(()) => {
                     owned.remove(&path);
+                    changed = true;
                     report.removed.push(path);
                 }
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                     owned.remove(&path);
+                    changed = true;
                 }
                 Err(error) => report.problems.push(format!("{path}: {error}")),
             }
         }
-        if owned != before {
+        if changed {
             let data = serde_json::to_vec_pretty(&owned).unwrap_or_default();
             if let Err(error) = self.files.write_atomic(&manifest_path, &data) {
                 report
@@ -145,6 +209,7 @@ impl Engine {
                     .push(format!("{}: {error}", manifest_path.display()));
             }
         }
+        cached.0 = Some(owned);
         report
     }
 

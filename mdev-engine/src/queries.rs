@@ -16,6 +16,27 @@ fn mdev_sysfs_path(record: &InstanceRecord) -> PathBuf {
     layout::mdev_device(&record.uuid)
 }
 
+/// The mdevs of `parents`, from their types' `devices` lists, sorted by UUID (as discovery
+/// sorts them), without IOMMU group or VFIO device.
+fn mdevs_of_types(parents: &[discovery::MdevParent]) -> Vec<MdevDevice> {
+    let mut mdevs: Vec<MdevDevice> = parents
+        .iter()
+        .flat_map(|parent| {
+            parent.types.iter().flat_map(move |mdev_type| {
+                mdev_type.devices.iter().map(move |uuid| MdevDevice {
+                    uuid: uuid.clone(),
+                    parent: parent.name.clone(),
+                    type_id: mdev_type.id.clone(),
+                    iommu_group: None,
+                    vfio_device: None,
+                })
+            })
+        })
+        .collect();
+    mdevs.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+    mdevs
+}
+
 /// An mdev on the host the engine has no record of (`owner: None`).
 fn unmanaged_info(mdev: &MdevDevice) -> InstanceInfo {
     InstanceInfo {
@@ -40,6 +61,65 @@ impl Engine {
     /// A fresh discovery of the host.
     pub fn inventory(&self) -> Result<Inventory, EngineError> {
         Ok(discovery::discover(self.fs())?)
+    }
+
+    /// The inventory placement needs: [`Engine::inventory`] but for the mdevs, which are
+    /// taken from their types' `devices` lists (read with the types anyway) instead of being
+    /// read one by one, so the cost does not grow with the number of instances. The mdevs
+    /// have no IOMMU group or VFIO device (placement uses neither).
+    pub(crate) fn placement_inventory(&self) -> Result<Inventory, EngineError> {
+        let host = self.fs();
+        let mut mdev_parents = Vec::new();
+        for name in discovery::list_sorted(host, Path::new(layout::MDEV_BUS_CLASS))? {
+            if names::check_sysfs_name("parent", &name).is_err() {
+                continue;
+            }
+            if let Some(parent) = discovery::read_mdev_parent(host, &name)? {
+                mdev_parents.push(parent);
+            }
+        }
+        let mut sriov_pfs = Vec::new();
+        for name in discovery::list_sorted(host, Path::new(layout::PCI_DEVICES))? {
+            let Ok(address) = name.parse::<names::PciAddress>() else {
+                continue;
+            };
+            if let Some(pf) = discovery::read_sriov_pf(host, address) {
+                sriov_pfs.push(pf);
+            }
+        }
+        let other_gpus = discovery::gpus::discover_other_gpus(host, &mdev_parents, &sriov_pfs)?;
+        Ok(Inventory {
+            mdevs: mdevs_of_types(&mdev_parents),
+            mdev_parents,
+            sriov_pfs,
+            other_gpus,
+        })
+    }
+
+    /// The part of the host's inventory that concerns the registered mdev parent `parent`
+    /// alone: that parent with its types, its mdevs (from its types' `devices`, without IOMMU
+    /// groups) and, when it is an SR-IOV PF too, its SR-IOV state. Reads nothing of any other
+    /// parent, so its cost does not grow with the host. `None` when `parent` is not a
+    /// registered mdev parent (a VF named as the parent, a PF, an unknown name): the caller
+    /// then needs the whole inventory to place or to explain.
+    pub(crate) fn parent_inventory(&self, parent: &str) -> Result<Option<Inventory>, EngineError> {
+        let host = self.fs();
+        let Some(mdev_parent) = discovery::read_mdev_parent(host, parent)? else {
+            return Ok(None);
+        };
+        let mdevs = mdevs_of_types(std::slice::from_ref(&mdev_parent));
+        let sriov_pfs = parent
+            .parse::<names::PciAddress>()
+            .ok()
+            .and_then(|address| discovery::read_sriov_pf(host, address))
+            .into_iter()
+            .collect();
+        Ok(Some(Inventory {
+            mdev_parents: vec![mdev_parent],
+            sriov_pfs,
+            mdevs,
+            other_gpus: Vec::new(),
+        }))
     }
 
     /// Every instance: known records (active or defined) and unmanaged mdevs on the host

@@ -267,8 +267,10 @@ impl Engine {
     /// Every parent's scheduling for an inventory already read. A parent whose settings cannot
     /// be evaluated is listed with the reason in its note.
     pub fn schedule_overview_of(&self, inventory: &Inventory) -> Vec<ParentScheduleStatus> {
-        let records = self.schedule_records();
-        parent_views(inventory)
+        let views = parent_views(inventory);
+        let names: HashSet<&str> = views.iter().map(|view| view.name.as_str()).collect();
+        let records = self.schedule_records_on(|parent| names.contains(parent));
+        views
             .iter()
             .map(|view| {
                 let (schedule, stored, mut note) = self.effective_parent_schedule(view);
@@ -297,12 +299,13 @@ impl Engine {
             .collect()
     }
 
-    /// One parent's scheduling.
+    /// One parent's scheduling (reads that parent alone).
     pub fn parent_schedule_status(
         &self,
         parent: &str,
     ) -> Result<ParentScheduleStatus, ScheduleError> {
-        self.schedule_overview()?
+        let inventory = self.schedule_inventory(parent)?;
+        self.schedule_overview_of(&inventory)
             .into_iter()
             .find(|status| status.parent == parent)
             .ok_or_else(|| ScheduleError::UnknownParent {
@@ -350,7 +353,7 @@ impl Engine {
         .map_err(ScheduleError::Settings)?;
         let parent_lock = self.parent_lock(&record.parent);
         let _serialized = lock(&parent_lock);
-        let inventory = self.inventory()?;
+        let inventory = self.schedule_inventory(&record.parent)?;
         let view = parent_views(&inventory)
             .into_iter()
             .find(|v| v.name == record.parent);
@@ -362,7 +365,7 @@ impl Engine {
                 String::new(),
             ),
         };
-        let mut records = self.schedule_records();
+        let mut records = self.schedule_records_on(|parent| parent == record.parent.as_str());
         let others: Vec<InstanceSchedule> = records
             .values()
             .filter(|r| r.parent == record.parent && r.uuid != record.uuid)
@@ -429,7 +432,7 @@ impl Engine {
         let name = ParentName::new(parent).map_err(EngineError::from)?;
         let parent_lock = self.parent_lock(parent);
         let _serialized = lock(&parent_lock);
-        let inventory = self.inventory()?;
+        let inventory = self.schedule_inventory(parent)?;
         let views = parent_views(&inventory);
         let view = views.iter().find(|v| v.name == parent).ok_or_else(|| {
             ScheduleError::UnknownParent {
@@ -609,13 +612,14 @@ impl Engine {
             return;
         }
         let result = (|| -> Result<(), ScheduleError> {
-            let inventory = self.inventory()?;
+            let inventory = self.schedule_inventory(&record.parent)?;
             let views = parent_views(&inventory);
             let Some(view) = views.iter().find(|v| v.name == record.parent) else {
                 return Ok(());
             };
             let (schedule, _, _) = self.effective_parent_schedule(view);
-            let mut evaluation = self.evaluate(view, &schedule, &self.schedule_records())?;
+            let records = self.schedule_records_on(|parent| parent == record.parent.as_str());
+            let mut evaluation = self.evaluate(view, &schedule, &records)?;
             if removed {
                 if let Some(vf) = view.pf.and_then(|pf| {
                     pf.vfs
@@ -636,6 +640,24 @@ impl Engine {
 
     // ---- internals ----
 
+    /// What the scheduling of `parent` needs of the host: that parent as an mdev parent
+    /// ([`Engine::parent_inventory`]) and as an SR-IOV PF, nothing of any other parent, so a
+    /// call on one parent costs the same however many the host has. Empty when `parent` is
+    /// neither (the callers then find no view of it, as in a whole discovery).
+    fn schedule_inventory(&self, parent: &str) -> Result<Inventory, EngineError> {
+        if let Some(inventory) = self.parent_inventory(parent)? {
+            return Ok(inventory);
+        }
+        let pf = parent
+            .parse::<mdev_host::discovery::names::PciAddress>()
+            .ok()
+            .and_then(|address| mdev_host::discovery::read_sriov_pf(self.fs(), address));
+        Ok(Inventory {
+            sriov_pfs: pf.into_iter().collect(),
+            ..Inventory::default()
+        })
+    }
+
     fn managed_record(&self, uuid: &str) -> Result<InstanceRecord, ScheduleError> {
         let key = mdev_host::discovery::names::parse_uuid(uuid)
             .map_err(EngineError::from)?
@@ -652,6 +674,17 @@ impl Engine {
 
     fn schedule_records(&self) -> BTreeMap<Uuid, InstanceRecord> {
         lock(&self.state).instances.clone()
+    }
+
+    /// The records of the instances on the parents `on` accepts (a copy of those alone: a call
+    /// about one parent does not copy the whole host's records).
+    fn schedule_records_on(&self, on: impl Fn(&str) -> bool) -> BTreeMap<Uuid, InstanceRecord> {
+        lock(&self.state)
+            .instances
+            .iter()
+            .filter(|(_, record)| on(record.parent.as_str()))
+            .map(|(uuid, record)| (*uuid, record.clone()))
+            .collect()
     }
 
     /// The parent's settings in force: stored ones, else the backend's default (NVIDIA's

@@ -16,6 +16,7 @@ mod claims;
 mod create;
 mod events;
 mod import;
+mod per_call_costs;
 mod profile_placement;
 mod races;
 mod readiness;

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use dbus_api::BusError;
 use zbus::message::{Flags, Header};
@@ -82,6 +83,11 @@ pub trait Authorizer: Send + Sync + std::fmt::Debug {
     fn check(&self, request: AuthRequest) -> BoxFuture<'_, Result<(), BusError>>;
     /// What the caller would get for `request`, without asking the user.
     fn permission(&self, request: AuthRequest) -> BoxFuture<'_, Permission>;
+    /// The uid of the bus connection `sender` when this authorizer knows it (or can learn it
+    /// cheaply); `None` sends the caller to the bus.
+    fn caller_uid<'a>(&'a self, _sender: &'a str) -> BoxFuture<'a, Option<u32>> {
+        Box::pin(async { None })
+    }
 }
 
 /// Allows everything (peer-to-peer unit tests).
@@ -121,10 +127,69 @@ fn not_authorized(request: &AuthRequest, why: &str) -> BusError {
     ))
 }
 
+/// How many callers' uids [`UidCache`] keeps at most. Entries leave when their bus name does;
+/// the bound only covers the one that can stay behind: a lookup answered just before its name
+/// left, stored after the departure was handled (a unique name is never reused, so such an
+/// entry is never wrong, only useless).
+const UID_CACHE_BOUND: usize = 4096;
+
+/// The uid of each caller seen, by unique bus name: a caller's uid cannot change while its
+/// connection lives, and a unique name is never given to another connection, so the bus is
+/// asked once per connection instead of once per call. An entry is dropped when its name
+/// leaves the bus (`NameOwnerChanged` with no new owner).
+#[derive(Debug, Default)]
+pub struct UidCache {
+    uids: std::sync::Mutex<HashMap<String, u32>>,
+}
+
+impl UidCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.uids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The uid stored for `sender`.
+    pub fn get(&self, sender: &str) -> Option<u32> {
+        self.lock().get(sender).copied()
+    }
+
+    /// Stores `uid` for the unique name `sender` (a well-known name can change owner: never
+    /// stored).
+    pub fn insert(&self, sender: &str, uid: u32) {
+        if !sender.starts_with(':') {
+            return;
+        }
+        let mut uids = self.lock();
+        if uids.len() >= UID_CACHE_BOUND && !uids.contains_key(sender) {
+            uids.clear();
+        }
+        uids.insert(sender.to_owned(), uid);
+    }
+
+    /// Forgets `name` (it left the bus).
+    pub fn forget(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    /// How many callers are known.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no caller is known.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
 /// polkit on the system bus the service is connected to.
 #[derive(Debug, Clone)]
 pub struct Polkit {
     connection: zbus::Connection,
+    uids: Arc<UidCache>,
+    /// Set once the task that empties `uids` of departed names is following the bus.
+    watching: Arc<tokio::sync::OnceCell<()>>,
 }
 
 enum Answer {
@@ -136,18 +201,68 @@ enum Answer {
 impl Polkit {
     /// Asks the polkitd on `connection`'s bus.
     pub fn new(connection: zbus::Connection) -> Self {
-        Self { connection }
+        Self {
+            connection,
+            uids: Arc::new(UidCache::default()),
+            watching: Arc::new(tokio::sync::OnceCell::new()),
+        }
     }
 
-    async fn caller_uid(&self, sender: &str) -> Result<u32, BusError> {
+    /// The callers whose uid is known (for tests and diagnostics).
+    pub fn uid_cache(&self) -> &UidCache {
+        &self.uids
+    }
+
+    /// The uid of the connection `sender`: from the cache, else asked of the bus once and kept
+    /// until the name leaves.
+    pub async fn caller_uid(&self, sender: &str) -> Result<u32, BusError> {
+        if let Some(uid) = self.uids.get(sender) {
+            return Ok(uid);
+        }
+        // Departures are followed before the first answer is stored, so no entry outlives
+        // its name unnoticed (but for the race the bound covers).
+        self.watching
+            .get_or_try_init(|| self.watch_departures())
+            .await?;
         let dbus = zbus::fdo::DBusProxy::new(&self.connection)
             .await
             .map_err(|e| BusError::Failed(format!("cannot reach the bus daemon: {e}")))?;
         let name = BusName::try_from(sender)
             .map_err(|e| BusError::Failed(format!("bad sender name {sender}: {e}")))?;
-        dbus.get_connection_unix_user(name)
+        let uid = dbus
+            .get_connection_unix_user(name)
             .await
-            .map_err(|e| BusError::Failed(format!("cannot learn the uid of {sender}: {e}")))
+            .map_err(|e| BusError::Failed(format!("cannot learn the uid of {sender}: {e}")))?;
+        self.uids.insert(sender, uid);
+        Ok(uid)
+    }
+
+    /// Subscribes to `NameOwnerChanged` and starts the task that drops the cache entry of
+    /// every unique name that leaves. The task ends with the connection or the cache.
+    async fn watch_departures(&self) -> Result<(), BusError> {
+        let dbus = zbus::fdo::DBusProxy::new(&self.connection)
+            .await
+            .map_err(|e| BusError::Failed(format!("cannot reach the bus daemon: {e}")))?;
+        let mut departures = dbus.receive_name_owner_changed().await.map_err(|e| {
+            BusError::Failed(format!("cannot follow the callers leaving the bus: {e}"))
+        })?;
+        let uids = Arc::downgrade(&self.uids);
+        tokio::spawn(async move {
+            use futures_util::StreamExt;
+            while let Some(signal) = departures.next().await {
+                let Ok(args) = signal.args() else {
+                    continue;
+                };
+                if args.new_owner().is_some() {
+                    continue;
+                }
+                let Some(uids) = uids.upgrade() else {
+                    return;
+                };
+                uids.forget(args.name().as_str());
+            }
+        });
+        Ok(())
     }
 
     async fn ask(&self, request: &AuthRequest, interactive: bool) -> Result<Answer, BusError> {
@@ -231,6 +346,10 @@ impl Authorizer for Polkit {
                 )),
             }
         })
+    }
+
+    fn caller_uid<'a>(&'a self, sender: &'a str) -> BoxFuture<'a, Option<u32>> {
+        Box::pin(async move { Polkit::caller_uid(self, sender).await.ok() })
     }
 
     fn permission(&self, request: AuthRequest) -> BoxFuture<'_, Permission> {

@@ -152,6 +152,16 @@ pub struct Service {
     /// Whether each refresh brings `/etc/mdevctl.d` in step with the persistent instances
     /// (`mdev_engine::mdevctl_mirror`); off until [`Service::enable_mdevctl_mirror`].
     mirror_mdevctl: std::sync::atomic::AtomicBool,
+    /// Set once a whole mirror sync has run; later refreshes sync only the instances they
+    /// publish.
+    mirror_synced: std::sync::atomic::AtomicBool,
+}
+
+/// What a refresh does to the mdevctl mirror.
+enum Mirror {
+    Off,
+    All,
+    Only(Vec<String>),
 }
 
 impl Service {
@@ -178,6 +188,7 @@ impl Service {
             probe_root: std::sync::OnceLock::new(),
             metrics: metrics::OperationMetrics::default(),
             mirror_mdevctl: std::sync::atomic::AtomicBool::new(false),
+            mirror_synced: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -189,7 +200,8 @@ impl Service {
     }
 
     /// Keeps mdevctl's definition files in step with the persistent instances from now on:
-    /// a sync runs with every refresh, under the refresh lock (`mdev_engine::mdevctl_mirror`).
+    /// the first refresh runs a whole sync, every later one that publishes instances syncs
+    /// those instances alone, under the refresh lock (`mdev_engine::mdevctl_mirror`).
     pub fn enable_mdevctl_mirror(&self) {
         self.mirror_mdevctl.store(true, Ordering::SeqCst);
     }
@@ -365,6 +377,9 @@ impl Service {
         let Some(sender) = header.sender() else {
             return u32::MAX;
         };
+        if let Some(uid) = self.authorizer.caller_uid(sender.as_str()).await {
+            return uid;
+        }
         let Ok(dbus) = zbus::fdo::DBusProxy::new(connection).await else {
             return u32::MAX;
         };
@@ -388,11 +403,27 @@ impl Service {
         }
         let places = publish::places_of(&exported, &changes.instances);
         let service = self.clone();
-        let mirror = self.mirror_mdevctl.load(Ordering::SeqCst);
+        // The mirror follows the instances: a change that names none leaves it alone, and one
+        // that names some syncs those alone, but for the first sync (and after a lost event
+        // stream), which covers every instance.
+        let mirror = match self.mirror_mdevctl.load(Ordering::SeqCst) {
+            false => Mirror::Off,
+            true if changes.rescan || !self.mirror_synced.swap(true, Ordering::SeqCst) => {
+                Mirror::All
+            }
+            true if changes.instances.is_empty() => Mirror::Off,
+            true => Mirror::Only(changes.instances.iter().cloned().collect()),
+        };
         let read = move || {
             let engine = &service.engine;
-            if mirror {
-                let report = engine.sync_mdevctl_mirror();
+            let report = match mirror {
+                Mirror::Off => None,
+                Mirror::All => Some(engine.sync_mdevctl_mirror()),
+                Mirror::Only(uuids) => {
+                    Some(engine.sync_mdevctl_mirror_of(uuids.iter().map(String::as_str)))
+                }
+            };
+            if let Some(report) = report {
                 for problem in &report.problems {
                     tracing::warn!(problem = %problem, "mdevctl definition mirror");
                 }
