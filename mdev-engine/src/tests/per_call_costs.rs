@@ -175,6 +175,13 @@ impl StateFiles for IndexWatch {
         }
         self.disk.write_atomic(path, data)
     }
+    fn append(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        if Self::in_index(path) {
+            self.changes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.disk.append(path, data)
+    }
     fn list(&self, dir: &Path) -> std::io::Result<Vec<OsString>> {
         if Self::in_index(dir) {
             self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
