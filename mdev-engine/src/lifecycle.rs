@@ -5,7 +5,10 @@
 //!
 //! Writes that can block in the kernel go through a [`BoundedWriter`]: the write runs on its own
 //! thread and the caller waits at most the configured timeout; a write still stuck afterwards is
-//! counted (and refused new company once too many are stuck), never forgotten.
+//! counted (and refused new company once too many are stuck), never forgotten. A writer made
+//! with [`BoundedWriter::inline`] has no deadline and writes on the caller's thread instead:
+//! for hosts whose writes cannot block (a simulated host under the model fuzzer), where the
+//! hand-over to a worker would be the whole cost of a write.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,11 +31,13 @@ pub const MAX_STUCK_WRITES: usize = 4;
 /// How many finished workers wait for the next write instead of ending.
 const MAX_IDLE_WORKERS: usize = 2;
 
-/// Runs sysfs writes on worker threads with a timeout.
+/// Runs sysfs writes on worker threads with a timeout (or, made with
+/// [`BoundedWriter::inline`], on the caller's thread without one).
 #[derive(Debug, Clone)]
 pub struct BoundedWriter {
     host: Arc<dyn HostFs>,
-    timeout: Duration,
+    /// `None`: no deadline, the write runs on the caller's thread.
+    timeout: Option<Duration>,
     stuck: Arc<AtomicUsize>,
     /// Idle workers, each reached through its job channel. Reusing them keeps a thread spawn
     /// (and, on a busy host, a wait to be scheduled) off every write: reconcile makes hundreds.
@@ -61,6 +66,17 @@ impl std::fmt::Debug for WorkerJob {
 impl BoundedWriter {
     /// A writer over `host` that waits at most `timeout` per write.
     pub fn new(host: Arc<dyn HostFs>, timeout: Duration) -> Self {
+        Self::with_deadline(host, Some(timeout))
+    }
+
+    /// A writer over `host` that writes on the caller's thread and waits as long as the write
+    /// takes: no worker, no deadline, so nothing is ever counted stuck. Only for hosts whose
+    /// writes return promptly (a simulated host); a real kernel write can block for good.
+    pub fn inline(host: Arc<dyn HostFs>) -> Self {
+        Self::with_deadline(host, None)
+    }
+
+    fn with_deadline(host: Arc<dyn HostFs>, timeout: Option<Duration>) -> Self {
         Self {
             host,
             timeout,
@@ -117,7 +133,8 @@ impl BoundedWriter {
         self.stuck.load(Ordering::SeqCst)
     }
 
-    /// Writes `data` to `path`, waiting at most the timeout.
+    /// Writes `data` to `path`, waiting at most the timeout (an inline writer: as long as
+    /// the write takes).
     pub fn write(&self, path: &Path, data: &[u8]) -> Result<(), EngineError> {
         let stuck = self.stuck();
         if stuck >= MAX_STUCK_WRITES {
@@ -126,6 +143,17 @@ impl BoundedWriter {
                 path: path.to_owned(),
             });
         }
+        let Some(timeout) = self.timeout else {
+            // Same result and error as a worker's write that finished in time.
+            return self
+                .host
+                .write(path, data)
+                .map_err(|source| EngineError::Sysfs {
+                    op: "write",
+                    path: path.to_owned(),
+                    source,
+                });
+        };
         let slot = Arc::new((Mutex::new(WriteSlot::default()), Condvar::new()));
         let host = Arc::clone(&self.host);
         let thread_path = path.to_owned();
@@ -158,7 +186,7 @@ impl BoundedWriter {
         let (lock, ready) = &*slot;
         let guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let (mut guard, _) = ready
-            .wait_timeout_while(guard, self.timeout, |slot| slot.result.is_none())
+            .wait_timeout_while(guard, timeout, |slot| slot.result.is_none())
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         match guard.result.take() {
             Some(result) => result.map_err(|source| EngineError::Sysfs {
@@ -172,7 +200,7 @@ impl BoundedWriter {
                 self.stuck.fetch_add(1, Ordering::SeqCst);
                 Err(EngineError::WriteTimedOut {
                     path: path.to_owned(),
-                    timeout: self.timeout,
+                    timeout,
                 })
             }
         }

@@ -182,12 +182,24 @@ impl StateFiles for MemFiles {
     }
 }
 
+/// How the engines of a run perform their host writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostWrites {
+    /// On the calling thread, no deadline (`EngineConfig::inline_host_writes`): the simulated
+    /// host never blocks, and handing each write to a worker thread was most of a run's time
+    /// on a loaded machine. What the fuzz target uses.
+    Inline,
+    /// Through the engine's bounded-writer threads with a deadline, as the daemon does.
+    Bounded,
+}
+
 /// Engine settings: short waits (the simulated host answers at once).
-fn config() -> EngineConfig {
+fn config(writes: HostWrites) -> EngineConfig {
     EngineConfig {
         readiness_timeout: Duration::from_millis(20),
         poll_interval: Duration::from_millis(1),
         write_timeout: Duration::from_secs(5),
+        inline_host_writes: writes == HostWrites::Inline,
         ..EngineConfig::default()
     }
 }
@@ -340,9 +352,14 @@ fn expected_of(info: &InstanceInfo) -> Expected {
     }
 }
 
-/// One fuzz run (see the module documentation). Panics naming the step and the property when
-/// the engine breaks one.
+/// One fuzz run (see the module documentation) with inline host writes. Panics naming the
+/// step and the property when the engine breaks one.
 pub fn run(data: &[u8]) {
+    run_with(data, HostWrites::Inline);
+}
+
+/// One fuzz run whose engines write to the host as `writes` says; the same checks either way.
+pub fn run_with(data: &[u8], writes: HostWrites) {
     // The topology is parsed once per process; each run boots a fresh host from it.
     static TOPOLOGY_PARSED: OnceLock<Option<Topology>> = OnceLock::new();
     let parsed = TOPOLOGY_PARSED.get_or_init(|| {
@@ -362,7 +379,7 @@ pub fn run(data: &[u8]) {
     // files hold no profiles directory: the built-in catalog), and shared by every engine.
     static CATALOG: OnceLock<Result<Arc<Catalog>, String>> = OnceLock::new();
     let catalog = match CATALOG.get_or_init(|| {
-        Engine::load_catalog(files.as_ref(), &config()).map_err(|error| error.to_string())
+        Engine::load_catalog(files.as_ref(), &config(writes)).map_err(|error| error.to_string())
     }) {
         Ok(catalog) => catalog,
         Err(error) => panic!("the profiles do not load: {error}"),
@@ -373,7 +390,7 @@ pub fn run(data: &[u8]) {
             sim: sim.clone(),
             crash: Arc::clone(&crash),
         });
-        let engine = Engine::with_catalog(host, files.clone(), config(), Arc::clone(catalog))
+        let engine = Engine::with_catalog(host, files.clone(), config(writes), Arc::clone(catalog))
             .unwrap_or_else(|error| panic!("the engine does not open on its own state: {error}"));
         if let Err(error) = engine.reconcile() {
             panic!("reconcile failed: {error}");
