@@ -514,3 +514,82 @@ impl Host {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mdev_host::HostCommands;
+    use mdev_sim::SimHost;
+    use std::ffi::OsString;
+    use std::thread::ThreadId;
+
+    /// The simulated host, noting which thread made each write.
+    #[derive(Debug)]
+    struct WriterThreads {
+        sim: SimHost,
+        threads: Mutex<Vec<ThreadId>>,
+    }
+
+    impl HostFs for WriterThreads {
+        fn read(&self, path: &Path) -> std::io::Result<String> {
+            self.sim.read(path)
+        }
+        fn write(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+            lock(&self.threads).push(std::thread::current().id());
+            self.sim.write(path, data)
+        }
+        fn list(&self, dir: &Path) -> std::io::Result<Vec<OsString>> {
+            self.sim.list(dir)
+        }
+        fn read_link(&self, path: &Path) -> std::io::Result<PathBuf> {
+            self.sim.read_link(path)
+        }
+        fn exists(&self, path: &Path) -> bool {
+            self.sim.exists(path)
+        }
+        fn is_dir(&self, path: &Path) -> bool {
+            self.sim.is_dir(path)
+        }
+        fn commands(&self) -> &dyn HostCommands {
+            self.sim.commands()
+        }
+    }
+
+    const UUID: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";
+
+    /// Creates an mdev and then writes to a type that does not exist, through `writer`.
+    fn create_then_fail(writer: &BoundedWriter) -> (Result<(), EngineError>, String) {
+        let created = writer.write(&layout::mdev_type("mtty", "mtty-1").join("create"), UUID.as_bytes());
+        let refused = writer
+            .write(&layout::mdev_type("mtty", "no-such-type").join("create"), UUID.as_bytes())
+            .expect_err("a write to a missing type's create file fails");
+        (created, refused.to_string())
+    }
+
+    #[test]
+    fn an_inline_writer_writes_on_the_callers_thread_with_the_bounded_writers_results() {
+        let mut outcomes = Vec::new();
+        for inline in [true, false] {
+            let host = Arc::new(WriterThreads {
+                sim: SimHost::builtin("samples").unwrap(),
+                threads: Mutex::new(Vec::new()),
+            });
+            let writer = if inline {
+                BoundedWriter::inline(host.clone())
+            } else {
+                BoundedWriter::new(host.clone(), Duration::from_secs(60))
+            };
+            let (created, refused) = create_then_fail(&writer);
+            created.unwrap();
+            assert_eq!(host.sim.mdev_uuids(), vec![UUID.to_string()]);
+            let threads = lock(&host.threads).clone();
+            assert_eq!(threads.len(), 2);
+            let on_caller = threads.iter().all(|id| *id == std::thread::current().id());
+            assert_eq!(on_caller, inline, "inline {inline}: writes ran on {threads:?}");
+            assert_eq!(writer.stuck(), 0);
+            outcomes.push(refused);
+        }
+        assert_eq!(outcomes[0], outcomes[1], "the two writers report a failure alike");
+        assert!(outcomes[0].contains("no-such-type"), "{}", outcomes[0]);
+    }
+}
