@@ -398,20 +398,23 @@ pub fn run_with(data: &[u8], writes: HostWrites) {
         engine
     };
     let mut engine = open();
+    // The managed instances as the last check saw them: nothing changes between a check and
+    // the next step, so the step is decoded against them instead of listing them again (a
+    // listing is a full host discovery, most of a step's cost).
+    let mut managed = managed_of(&engine);
     let mut model: BTreeMap<String, Expected> = BTreeMap::new();
     let mut input = Input { data };
     let mut steps = Vec::new();
     // `ENGINE_MODEL_TRACE=1`: every step and the instances after it, on stderr.
     let trace = std::env::var_os("ENGINE_MODEL_TRACE").is_some();
     while !input.is_empty() && steps.len() < MAX_STEPS {
-        let managed = managed_of(&engine);
         let step = decode_step(&mut input, &managed);
         let label = format!("step {} {step:?}", steps.len() + 1);
         match &step {
             Step::Restart => {
                 drop(engine);
                 engine = open();
-                check(&engine, &sim, &label, &mut model, None);
+                managed = check(&engine, &sim, &label, &mut model, None);
             }
             Step::Operation {
                 op,
@@ -441,7 +444,7 @@ pub fn run_with(data: &[u8], writes: HostWrites) {
                     drop(engine);
                     crash.revive();
                     engine = open();
-                    check(
+                    managed = check(
                         &engine,
                         &sim,
                         &label,
@@ -454,7 +457,7 @@ pub fn run_with(data: &[u8], writes: HostWrites) {
                         .lock()
                         .map(|c| c.iter().cloned().collect())
                         .unwrap_or_default();
-                    check(
+                    managed = check(
                         &engine,
                         &sim,
                         &label,
@@ -466,7 +469,7 @@ pub fn run_with(data: &[u8], writes: HostWrites) {
         }
         if trace {
             eprintln!("{label}");
-            for info in managed_of(&engine) {
+            for info in &managed {
                 eprintln!(
                     "    {} {:?} {} vf={:?} active={} persistent={} autostart={} claim={:?}",
                     info.uuid,
@@ -512,17 +515,29 @@ fn managed_of(engine: &Engine) -> Vec<InstanceInfo> {
 }
 
 /// The checks after one step. `step`: the operation, its outcome (`None`: cut by a crash) and
-/// the UUIDs it wrote to `create` files.
+/// the UUIDs it wrote to `create` files. Returns the managed instances it checked.
 fn check(
     engine: &Engine,
     sim: &SimHost,
     label: &str,
     model: &mut BTreeMap<String, Expected>,
     step: Option<(&Op, Option<&Outcome>, &BTreeSet<String>)>,
+) -> Vec<InstanceInfo> {
+    let listed = managed_of(engine);
+    check_listed(sim, label, model, step, &listed);
+    listed
+}
+
+fn check_listed(
+    sim: &SimHost,
+    label: &str,
+    model: &mut BTreeMap<String, Expected>,
+    step: Option<(&Op, Option<&Outcome>, &BTreeSet<String>)>,
+    listed: &[InstanceInfo],
 ) {
-    let managed: BTreeMap<String, InstanceInfo> = managed_of(engine)
-        .into_iter()
-        .map(|i| (i.uuid.clone(), i))
+    let managed: BTreeMap<String, InstanceInfo> = listed
+        .iter()
+        .map(|i| (i.uuid.clone(), i.clone()))
         .collect();
     // 1. No orphan.
     for uuid in sim.mdev_uuids() {
