@@ -10,11 +10,9 @@ use reliability::engine_model::{run_with, HostWrites};
 
 fn writes() -> HostWrites {
     static WRITES: OnceLock<HostWrites> = OnceLock::new();
-    *WRITES.get_or_init(|| {
-        match std::env::var("ENGINE_MODEL_WRITES").as_deref() {
-            Ok("bounded") => HostWrites::Bounded,
-            _ => HostWrites::Inline,
-        }
+    *WRITES.get_or_init(|| match std::env::var("ENGINE_MODEL_WRITES").as_deref() {
+        Ok("bounded") => HostWrites::Bounded,
+        _ => HostWrites::Inline,
     })
 }
 

@@ -559,9 +559,15 @@ mod tests {
 
     /// Creates an mdev and then writes to a type that does not exist, through `writer`.
     fn create_then_fail(writer: &BoundedWriter) -> (Result<(), EngineError>, String) {
-        let created = writer.write(&layout::mdev_type("mtty", "mtty-1").join("create"), UUID.as_bytes());
+        let created = writer.write(
+            &layout::mdev_type("mtty", "mtty-1").join("create"),
+            UUID.as_bytes(),
+        );
         let refused = writer
-            .write(&layout::mdev_type("mtty", "no-such-type").join("create"), UUID.as_bytes())
+            .write(
+                &layout::mdev_type("mtty", "no-such-type").join("create"),
+                UUID.as_bytes(),
+            )
             .expect_err("a write to a missing type's create file fails");
         (created, refused.to_string())
     }
@@ -585,11 +591,17 @@ mod tests {
             let threads = lock(&host.threads).clone();
             assert_eq!(threads.len(), 2);
             let on_caller = threads.iter().all(|id| *id == std::thread::current().id());
-            assert_eq!(on_caller, inline, "inline {inline}: writes ran on {threads:?}");
+            assert_eq!(
+                on_caller, inline,
+                "inline {inline}: writes ran on {threads:?}"
+            );
             assert_eq!(writer.stuck(), 0);
             outcomes.push(refused);
         }
-        assert_eq!(outcomes[0], outcomes[1], "the two writers report a failure alike");
+        assert_eq!(
+            outcomes[0], outcomes[1],
+            "the two writers report a failure alike"
+        );
         assert!(outcomes[0].contains("no-such-type"), "{}", outcomes[0]);
     }
 }

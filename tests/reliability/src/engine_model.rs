@@ -535,10 +535,8 @@ fn check_listed(
     step: Option<(&Op, Option<&Outcome>, &BTreeSet<String>)>,
     listed: &[InstanceInfo],
 ) {
-    let managed: BTreeMap<String, InstanceInfo> = listed
-        .iter()
-        .map(|i| (i.uuid.clone(), i.clone()))
-        .collect();
+    let managed: BTreeMap<String, InstanceInfo> =
+        listed.iter().map(|i| (i.uuid.clone(), i.clone())).collect();
     // 1. No orphan.
     for uuid in sim.mdev_uuids() {
         let uuid = uuid.to_lowercase();
