@@ -8,7 +8,7 @@
 //! counted (and refused new company once too many are stuck), never forgotten. A writer made
 //! with [`BoundedWriter::inline`] has no deadline and writes on the caller's thread instead:
 //! for hosts whose writes cannot block (a simulated host under the model fuzzer), where the
-//! hand-over to a worker would be the whole cost of a write.
+//! hand-over to a worker only adds two thread wake-ups to every write.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -27,7 +27,7 @@ pub struct EngineConfig {
     pub write_timeout: Duration,
     /// Perform sysfs writes on the calling thread with no deadline (`write_timeout` is then
     /// unused). For simulated hosts whose writes cannot block, where handing each write to a
-    /// worker thread would be most of its cost (the model fuzzer); the daemon never sets it.
+    /// worker thread only adds two thread wake-ups (the model fuzzer); the daemon never sets it.
     pub inline_host_writes: bool,
     /// Host path of the NVIDIA scheduler options file the service owns
     /// (`/etc/modprobe.d/mdev-manager-nvidia.conf`; a simulated host keeps it elsewhere).

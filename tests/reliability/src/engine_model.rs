@@ -186,8 +186,8 @@ impl StateFiles for MemFiles {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HostWrites {
     /// On the calling thread, no deadline (`EngineConfig::inline_host_writes`): the simulated
-    /// host never blocks, and handing each write to a worker thread was most of a run's time
-    /// on a loaded machine. What the fuzz target uses.
+    /// host never blocks, so a worker thread per write only adds wake-ups (a tenth of the
+    /// context switches without it; docs/reliability.md). What the fuzz target uses.
     Inline,
     /// Through the engine's bounded-writer threads with a deadline, as the daemon does.
     Bounded,
