@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use uuid::Uuid;
+use vgpu_types::Uuid;
 
 /// Directory of the index inside the state directory (mdev-manager's
 /// `domain_index::DOMAIN_INDEX_DIR`).
@@ -21,6 +21,6 @@ pub const DOMAIN_INDEX_DIR: &str = "domains";
 pub fn lists_domain(root: &Path, state_dir: &Path, domain_uuid: &Uuid) -> bool {
     crate::config::under_root(root, state_dir)
         .join(DOMAIN_INDEX_DIR)
-        .join(domain_uuid.as_hyphenated().to_string())
+        .join(domain_uuid.to_string())
         .exists()
 }

@@ -8,7 +8,7 @@
 
 use quick_xml::events::Event;
 use quick_xml::Reader;
-use uuid::Uuid;
+use vgpu_types::Uuid;
 
 use crate::bounded::ShapeGuard;
 
@@ -38,7 +38,7 @@ pub fn domain_uuid(domain_xml: &[u8]) -> Option<Uuid> {
             Event::Text(chunk) if in_uuid => text.push_str(&chunk.unescape().ok()?),
             Event::End(_) => {
                 if in_uuid {
-                    return Uuid::parse_str(text.trim()).ok();
+                    return Uuid::parse_any_spelling(text.trim()).ok();
                 }
                 shape.leave();
                 if shape.depth() == 0 {
@@ -60,14 +60,14 @@ mod tests {
     #[test]
     fn reads_the_uuid_libvirt_writes_after_the_name() {
         let xml = format!("<domain type='kvm' id='3'>\n  <name>web</name>\n  <uuid>{UUID}</uuid>\n  <devices/>\n</domain>");
-        assert_eq!(domain_uuid(xml.as_bytes()), Uuid::parse_str(UUID).ok());
+        assert_eq!(domain_uuid(xml.as_bytes()), Uuid::parse(UUID).ok());
     }
 
     #[test]
     fn stops_at_the_uuid_without_reading_the_rest() {
         // What follows the UUID is not even well-formed: it is never read.
         let xml = format!("<domain><uuid> {UUID} </uuid><devices><<<");
-        assert_eq!(domain_uuid(xml.as_bytes()), Uuid::parse_str(UUID).ok());
+        assert_eq!(domain_uuid(xml.as_bytes()), Uuid::parse(UUID).ok());
     }
 
     #[test]

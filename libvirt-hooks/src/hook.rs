@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use uuid::Uuid;
+use vgpu_types::Uuid;
 
 use crate::config::ConfigError;
 use crate::domain_index::lists_domain;
@@ -412,7 +412,7 @@ mod tests {
     #[test]
     fn chain_joins_sources_on_one_line() {
         let error = crate::pending::PendingError::Write {
-            domain_uuid: Uuid::nil(),
+            domain_uuid: Uuid::NIL,
             path: "/x".into(),
             source: std::io::Error::other("disk\nfull"),
         };

@@ -73,36 +73,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_and_prints_sysfs_form() {
-        let address: PciAddress = "0000:3b:00.4".parse().unwrap();
-        assert_eq!(address, PciAddress::new(0, 0x3b, 0, 4).unwrap());
-        assert_eq!(address.to_string(), "0000:3b:00.4");
-        let vmd: PciAddress = "10000:e1:1f.7".parse().unwrap();
-        assert_eq!(vmd.to_string(), "10000:e1:1f.7");
-    }
-
-    #[test]
-    fn refuses_malformed_sysfs_form() {
-        for text in [
-            "",
-            "3b:00.4",
-            "0000:3b:00",
-            "0000:3b:20.0",
-            "0000:3b:00.8",
-            "0000:zz:00.0",
-            "0000:3b:00.4x",
-            "0000:+3:00.0",
-        ] {
-            let error = text.parse::<PciAddress>().unwrap_err();
-            assert_eq!(
-                error,
-                vgpu_types::PciAddressError::Malformed(text.to_owned()),
-                "{text}"
-            );
-        }
-    }
-
-    #[test]
     fn parses_libvirt_attributes_in_hex_and_decimal() {
         let hex = from_libvirt_attributes(Some("0x0000"), "0x3b", "0x00", "0x4").unwrap();
         let decimal = from_libvirt_attributes(None, "59", "0", "4").unwrap();

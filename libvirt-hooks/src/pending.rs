@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use uuid::Uuid;
+use vgpu_types::Uuid;
 
 /// Directory of the pending-release records inside the state directory (the service's
 /// `state::PENDING_RELEASES_DIR`).
@@ -47,7 +47,7 @@ pub fn host_root() -> PathBuf {
 pub fn pending_release_path(root: &Path, state_dir: &Path, domain_uuid: &Uuid) -> PathBuf {
     crate::config::under_root(root, state_dir)
         .join(PENDING_RELEASES_DIR)
-        .join(domain_uuid.as_hyphenated().to_string())
+        .join(domain_uuid.to_string())
 }
 
 /// Records that `domain_name` (`domain_uuid`) must be released. The file holds the domain name
@@ -67,7 +67,7 @@ pub fn record_pending_release(
     };
     let dir = path.parent().unwrap_or(root);
     std::fs::create_dir_all(dir).map_err(|e| fail(dir, e))?;
-    let temporary = dir.join(format!(".{}.tmp", domain_uuid.as_hyphenated()));
+    let temporary = dir.join(format!(".{domain_uuid}.tmp"));
     let write = || -> std::io::Result<()> {
         let mut file = std::fs::File::create(&temporary)?;
         file.write_all(domain_name.as_bytes())?;
@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn records_the_domain_name_under_its_uuid() {
         let root = tempfile::tempdir().unwrap();
-        let uuid = Uuid::parse_str("4dea22b3-1d52-d8f3-2516-782e98ab3fa0").unwrap();
+        let uuid = Uuid::parse("4dea22b3-1d52-d8f3-2516-782e98ab3fa0").unwrap();
         let path =
             record_pending_release(root.path(), Path::new(DEFAULT), &uuid, "vm one").unwrap();
         assert_eq!(
@@ -118,8 +118,8 @@ mod tests {
     #[test]
     fn records_go_into_the_state_directory_given() {
         let root = tempfile::tempdir().unwrap();
-        let path = record_pending_release(root.path(), Path::new("/srv/vgpu"), &Uuid::nil(), "vm")
-            .unwrap();
+        let path =
+            record_pending_release(root.path(), Path::new("/srv/vgpu"), &Uuid::NIL, "vm").unwrap();
         assert_eq!(
             path,
             root.path()
@@ -133,7 +133,7 @@ mod tests {
         // A file where the directory should be makes create_dir_all fail for root as well.
         std::fs::create_dir_all(root.path().join("var/lib")).unwrap();
         std::fs::write(root.path().join("var/lib/mdev-manager"), "").unwrap();
-        let uuid = Uuid::nil();
+        let uuid = Uuid::NIL;
         let error =
             record_pending_release(root.path(), Path::new(DEFAULT), &uuid, "vm").unwrap_err();
         let message = error.to_string();

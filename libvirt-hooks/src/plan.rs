@@ -31,7 +31,7 @@ use std::fmt;
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::name::{Namespace, ResolveResult};
 use quick_xml::NsReader;
-use uuid::Uuid;
+use vgpu_types::Uuid;
 
 use crate::bounded::{ShapeError, ShapeGuard};
 use crate::pci::{PciAddress, PciAddressError};
@@ -445,11 +445,12 @@ fn parse_document(xml: &[u8]) -> Result<ParsedDomain, PlanError> {
                     (1, false, b"name") => domain.name = Some(text.trim().to_owned()),
                     (1, false, b"uuid") => {
                         let value = text.trim();
-                        domain.uuid =
-                            Some(Uuid::parse_str(value).map_err(|_| PlanError::BadUuid {
+                        domain.uuid = Some(Uuid::parse_any_spelling(value).map_err(|_| {
+                            PlanError::BadUuid {
                                 element: "<domain><uuid>".to_owned(),
                                 value: value.to_owned(),
-                            })?);
+                            }
+                        })?);
                     }
                     (2, false, b"hostdev") => {
                         if let Some(draft) = hostdev.take() {
@@ -578,7 +579,7 @@ fn hostdev_source(
         HostdevKind::Other => Ok(None),
         HostdevKind::Mdev => match get(b"uuid") {
             None => Ok(None),
-            Some(value) => Uuid::parse_str(value.trim())
+            Some(value) => Uuid::parse_any_spelling(value.trim())
                 .map(|uuid| Some(HostdevRef::Mdev(uuid)))
                 .map_err(|_| PlanError::BadUuid {
                     element: format!("{} uuid", element()),
@@ -702,7 +703,7 @@ fn metadata_entry(
             b"uuid" => {
                 entry.uuid =
                     Some(
-                        Uuid::parse_str(value.trim()).map_err(|_| PlanError::BadUuid {
+                        Uuid::parse_any_spelling(value.trim()).map_err(|_| PlanError::BadUuid {
                             element: format!("{element} uuid"),
                             value: value.clone(),
                         })?,
@@ -1033,7 +1034,7 @@ mod tests {
     }
 
     fn uuid(text: &str) -> Uuid {
-        Uuid::parse_str(text).unwrap()
+        Uuid::parse(text).unwrap()
     }
 
     fn address(text: &str) -> PciAddress {

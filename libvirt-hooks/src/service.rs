@@ -11,7 +11,7 @@ use dbus_api::names::{interface, ROOT_PATH};
 use dbus_api::options::{as_proxy_options, to_dict, DeviceSpec, NoOptions, PrepareOptions};
 use dbus_api::proxy::ManagerProxy;
 use dbus_api::{BusTarget, ClientError, ErrorKind};
-use uuid::Uuid;
+use vgpu_types::Uuid;
 use zbus::OwnedVariant;
 
 use crate::pci::PciAddress;
@@ -86,7 +86,7 @@ impl ServiceError {
 pub fn device_spec(device: &ClaimedDevice) -> DeviceSpec {
     DeviceSpec {
         kind: Some(device.kind.as_str().to_owned()),
-        uuid: device.uuid.map(|uuid| uuid.as_hyphenated().to_string()),
+        uuid: device.uuid.map(|uuid| uuid.to_string()),
         profile: device.profile.clone(),
         parent: device.parent.clone(),
         weight: device.weight,
@@ -140,7 +140,8 @@ impl ManagedInstances {
             }
             if let Some(address) = text("PciAddress").and_then(|a| a.parse::<PciAddress>().ok()) {
                 managed.pci_addresses.insert(address);
-            } else if let Some(uuid) = text("Uuid").and_then(|u| Uuid::parse_str(&u).ok()) {
+            } else if let Some(uuid) = text("Uuid").and_then(|u| Uuid::parse_any_spelling(&u).ok())
+            {
                 managed.uuids.insert(uuid);
             }
         }
@@ -250,7 +251,7 @@ impl ServiceClient {
         domain_uuid: &Uuid,
         plan: &ClaimPlan,
     ) -> Result<Vec<ClaimedDevice>, ServiceError> {
-        let uuid = domain_uuid.as_hyphenated().to_string();
+        let uuid = domain_uuid.to_string();
         self.call(|connection, proxy| async move {
             let devices = devices_to_send(&connection, plan).await?;
             if !devices.is_empty() {
@@ -271,7 +272,7 @@ impl ServiceClient {
         domain_name: &str,
         domain_uuid: &Uuid,
     ) -> Result<(), ServiceError> {
-        let uuid = domain_uuid.as_hyphenated().to_string();
+        let uuid = domain_uuid.to_string();
         self.call(|_, proxy| async move {
             let options = hook_options::<NoOptions>();
             proxy
@@ -288,7 +289,7 @@ impl ServiceClient {
         domain_uuid: &Uuid,
         plan: &ClaimPlan,
     ) -> Result<Vec<String>, ServiceError> {
-        let uuid = domain_uuid.as_hyphenated().to_string();
+        let uuid = domain_uuid.to_string();
         self.call(|connection, proxy| async move {
             let devices = devices_to_send(&connection, plan).await?;
             if devices.is_empty() {
@@ -468,10 +469,7 @@ mod tests {
             ]),
         );
         let managed = ManagedInstances::from_managed_objects(&objects);
-        assert_eq!(
-            managed.uuids,
-            HashSet::from([Uuid::parse_str(ours).unwrap()])
-        );
+        assert_eq!(managed.uuids, HashSet::from([Uuid::parse(ours).unwrap()]));
         assert_eq!(
             managed.pci_addresses,
             HashSet::from(["0000:3b:00.4".parse().unwrap()])

@@ -34,6 +34,14 @@ impl ConnectionRecorder {
     }
 }
 
+/// What libvirt's hook gets here: the system bus at `bus_address`, the host root at `root`.
+fn hook_env<'a>(bus_address: &'a str, root: &'a str) -> [(&'static str, &'a str); 2] {
+    [
+        ("DBUS_SYSTEM_BUS_ADDRESS", bus_address),
+        ("MDEV_MANAGER_ROOT", root),
+    ]
+}
+
 const OPERATIONS: [(&str, &str); 5] = [
     ("prepare", "begin"),
     ("release", "end"),
@@ -47,10 +55,7 @@ fn other_operations_exit_0_without_reading_stdin_or_touching_dbus() {
     let bus = ConnectionRecorder::new();
     let root = tempfile::tempdir().unwrap();
     let root_text = root.path().display().to_string();
-    let env = [
-        ("DBUS_SYSTEM_BUS_ADDRESS", bus.address.as_str()),
-        ("MDEV_MANAGER_ROOT", root_text.as_str()),
-    ];
+    let env = hook_env(&bus.address, &root_text);
     let xml = fixture("domains/metadata-several.xml");
     for (operation, sub) in [
         ("start", "begin"),
@@ -82,10 +87,7 @@ fn domains_without_vgpus_exit_0_at_every_operation_without_touching_dbus() {
     let bus = ConnectionRecorder::new();
     let root = tempfile::tempdir().unwrap();
     let root_text = root.path().display().to_string();
-    let env = [
-        ("DBUS_SYSTEM_BUS_ADDRESS", bus.address.as_str()),
-        ("MDEV_MANAGER_ROOT", root_text.as_str()),
-    ];
+    let env = hook_env(&bus.address, &root_text);
     // plain.xml is settled by the byte scan; nic-passthrough.xml has <hostdev>s (a managed PCI
     // NIC and a USB device) that the full parse finds are libvirt's, not ours.
     for name in ["domains/plain.xml", "domains/nic-passthrough.xml"] {
@@ -118,10 +120,7 @@ fn release_with_no_system_bus_records_the_release_and_exits_0() {
     let root = tempfile::tempdir().unwrap();
     let root_text = root.path().display().to_string();
     let missing = format!("unix:path={}/no-bus-here", root_text);
-    let env = [
-        ("DBUS_SYSTEM_BUS_ADDRESS", missing.as_str()),
-        ("MDEV_MANAGER_ROOT", root_text.as_str()),
-    ];
+    let env = hook_env(&missing, &root_text);
     let output = run_hook(
         ["render-farm-01", "release", "end", "destroyed"],
         &fixture("domains/metadata-several.xml"),
@@ -151,10 +150,7 @@ fn release_on_a_bus_without_the_service_records_the_release_and_exits_0() {
     let address = bus.address();
     let root = tempfile::tempdir().unwrap();
     let root_text = root.path().display().to_string();
-    let env = [
-        ("DBUS_SYSTEM_BUS_ADDRESS", address.as_str()),
-        ("MDEV_MANAGER_ROOT", root_text.as_str()),
-    ];
+    let env = hook_env(&address, &root_text);
     // A domain with only a bare mdev hostdev is released too: the service may hold it.
     let xml = fixture("domains/metadata-lone-vgpu.xml");
     let output = run_hook(["ci-runner", "release", "end", "-"], &xml, &env);
@@ -171,10 +167,7 @@ fn prepare_of_declared_vgpus_without_the_service_fails_with_one_clear_line() {
     let address = bus.address();
     let root = tempfile::tempdir().unwrap();
     let root_text = root.path().display().to_string();
-    let env = [
-        ("DBUS_SYSTEM_BUS_ADDRESS", address.as_str()),
-        ("MDEV_MANAGER_ROOT", root_text.as_str()),
-    ];
+    let env = hook_env(&address, &root_text);
     let xml = fixture("domains/metadata-several.xml");
     for (operation, sub) in [
         ("prepare", "begin"),
@@ -256,10 +249,7 @@ fn unreadable_xml_fails_prepare_with_one_line_and_touches_nothing() {
     let bus = ConnectionRecorder::new();
     let root = tempfile::tempdir().unwrap();
     let root_text = root.path().display().to_string();
-    let env = [
-        ("DBUS_SYSTEM_BUS_ADDRESS", bus.address.as_str()),
-        ("MDEV_MANAGER_ROOT", root_text.as_str()),
-    ];
+    let env = hook_env(&bus.address, &root_text);
     for name in ["domains/malformed.xml", "domains/entities.xml"] {
         let output = run_hook(["broken", "prepare", "begin", "-"], &fixture(name), &env);
         assert_eq!(output.status.code(), Some(1), "{name}");

@@ -3,7 +3,7 @@
 
 use dbus_api::hostdev::{mdev_hostdev_xml, pci_hostdev_xml, MdevDisplay};
 use libvirt_hooks::pci::PciAddress;
-use uuid::Uuid;
+use vgpu_types::Uuid;
 
 #[test]
 fn generated_hostdevs_parse_back_into_the_same_devices() {
@@ -19,7 +19,7 @@ fn generated_hostdevs_parse_back_into_the_same_devices() {
     );
     let plan = libvirt_hooks::plan::plan_from_xml(xml.as_bytes()).unwrap();
     assert_eq!(plan.devices.len(), 2);
-    assert_eq!(plan.devices[0].uuid, Some(Uuid::parse_str(uuid).unwrap()));
+    assert_eq!(plan.devices[0].uuid, Some(Uuid::parse(uuid).unwrap()));
     let address: PciAddress = "0000:3b:01.7".parse().unwrap();
     assert_eq!(plan.devices[1].pci_address, Some(address));
 }

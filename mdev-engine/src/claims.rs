@@ -12,7 +12,6 @@ use super::{
     DeviceRequest, DomainRef, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind,
     OperationContext, ReleaseReport, Scheduling,
 };
-use crate::record_names::record_uuid;
 use crate::state::{InstanceRecord, ProfileName, Uuid};
 use mdev_host::discovery::{self, names, names::PciAddress};
 
@@ -45,7 +44,7 @@ impl Engine {
         domain: &DomainRef,
         devices: &[DeviceRequest],
     ) -> Result<Vec<InstanceInfo>, EngineError> {
-        let domain_uuid = record_uuid(&names::parse_uuid(&domain.uuid)?);
+        let domain_uuid = names::parse_uuid(&domain.uuid)?;
         check_domain_name(&domain.name)?;
         check_devices(devices)?;
         let mut steps: Vec<ClaimStep> = Vec::new();
@@ -278,7 +277,7 @@ impl Engine {
     /// persistent ones (stopping those the claim started unless they are autostart).
     /// Idempotent: releasing a domain that holds nothing does nothing.
     pub fn release_domain(&self, domain: &DomainRef) -> Result<ReleaseReport, EngineError> {
-        let domain_uuid = record_uuid(&names::parse_uuid(&domain.uuid)?);
+        let domain_uuid = names::parse_uuid(&domain.uuid)?;
         let held: Vec<InstanceRecord> = lock(&self.state)
             .instances
             .values()
@@ -361,7 +360,7 @@ impl Engine {
     /// Compares what a running domain should hold with what exists; never fails for drift.
     pub fn verify_domain(&self, domain: &DomainRef, devices: &[DeviceRequest]) -> Vec<String> {
         let domain_uuid = match names::parse_uuid(&domain.uuid) {
-            Ok(uuid) => record_uuid(&uuid),
+            Ok(uuid) => uuid,
             Err(error) => return vec![error.to_string()],
         };
         let records: Vec<InstanceRecord> = lock(&self.state).instances.values().cloned().collect();
@@ -378,7 +377,7 @@ impl Engine {
         for device in devices {
             let found = match (&device.uuid, &device.pci_address) {
                 (Some(uuid), _) => match names::parse_uuid(uuid) {
-                    Ok(uuid) => records.iter().find(|r| r.uuid == record_uuid(&uuid)),
+                    Ok(uuid) => records.iter().find(|r| r.uuid == uuid),
                     Err(error) => {
                         drift.push(error.to_string());
                         continue;

@@ -8,7 +8,6 @@ use super::{
     PciAddress, PlacementRequest, Scheduling,
 };
 use crate::intents;
-use crate::record_names::record_uuid;
 use crate::state::{InstanceRecord, ParentName, ProfileName, TypeId, Uuid};
 use mdev_host::discovery::{self, layout, names};
 
@@ -147,7 +146,6 @@ impl Engine {
                 .iter()
                 .filter_map(|r| names::parse_uuid(r.uuid.as_deref()?).ok())
                 .filter(|uuid| !self.fs().exists(&layout::mdev_device(uuid)))
-                .map(|uuid| record_uuid(&uuid))
                 .filter(|uuid| !state.has_instance(uuid))
                 .collect()
         };
@@ -309,7 +307,7 @@ impl Engine {
             // what it checked and chose.
             let (parent, type_id) = target_names(&target)?;
             let record = InstanceRecord {
-                uuid: record_uuid(&uuid),
+                uuid,
                 kind: InstanceKind::Mdev,
                 parent,
                 type_id,

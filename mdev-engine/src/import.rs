@@ -220,7 +220,7 @@ impl Engine {
             }
         };
         let record = InstanceRecord {
-            uuid: crate::record_names::record_uuid(&uuid),
+            uuid,
             kind: InstanceKind::Mdev,
             parent,
             type_id,

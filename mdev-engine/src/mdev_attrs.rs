@@ -132,7 +132,7 @@ impl Engine {
             return Err(EngineError::AlreadyExists { uuid: key });
         }
         let record = InstanceRecord {
-            uuid: crate::record_names::record_uuid(&uuid),
+            uuid,
             kind: InstanceKind::Mdev,
             parent,
             type_id,

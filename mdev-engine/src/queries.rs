@@ -8,13 +8,12 @@ use super::{
     lock, Engine, EngineError, InstanceInfo, InstanceKind, Inventory, MdevDevice, Scheduling,
 };
 use crate::lifecycle;
-use crate::record_names::host_uuid;
 use crate::state::{InstanceRecord, Uuid};
 use mdev_host::discovery::{self, layout, names};
 
 /// The sysfs device path of an mdev record.
 fn mdev_sysfs_path(record: &InstanceRecord) -> PathBuf {
-    layout::mdev_device(&host_uuid(&record.uuid))
+    layout::mdev_device(&record.uuid)
 }
 
 /// An mdev on the host the engine has no record of (`owner: None`).

@@ -16,21 +16,73 @@ const MTTY_TYPE: &str = "mtty-2";
 /// Long enough that every racing thread has read the record before the first write lands.
 const SLOW_WRITE: Duration = Duration::from_millis(15);
 
-fn engine_on(sim: &SimHost, root: &std::path::Path) -> Arc<Engine> {
-    let config = EngineConfig {
-        readiness_timeout: Duration::from_secs(10),
-        poll_interval: Duration::from_millis(10),
-        write_timeout: Duration::from_secs(10),
-        ..EngineConfig::default()
-    };
-    Arc::new(
-        Engine::new(
-            Arc::new(sim.clone()),
-            Arc::new(DiskFiles::new(root)),
-            config,
-        )
-        .unwrap(),
-    )
+/// An engine on the simulated `samples` host with its state in a temporary directory. Fields
+/// drop in order: the engine before the directory it writes to.
+struct Fixture {
+    engine: Engine,
+    dir: tempfile::TempDir,
+    sim: SimHost,
+}
+
+impl Fixture {
+    /// The state on the real disk; timeouts long enough for the slowed writes.
+    fn new() -> Fixture {
+        let config = EngineConfig {
+            readiness_timeout: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(10),
+            write_timeout: Duration::from_secs(10),
+            ..EngineConfig::default()
+        };
+        Fixture::with_files(config, |root, _| Arc::new(DiskFiles::new(root)))
+    }
+
+    /// The state in the files `files` makes for the temporary root and `config`.
+    fn with_files(
+        config: EngineConfig,
+        files: impl FnOnce(&std::path::Path, &EngineConfig) -> Arc<dyn StateFiles>,
+    ) -> Fixture {
+        let sim = SimHost::builtin("samples").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let files = files(dir.path(), &config);
+        let engine = Engine::new(Arc::new(sim.clone()), files, config).unwrap();
+        Fixture { engine, dir, sim }
+    }
+
+    /// Slows the host's writes to paths matching `pattern` by `SLOW_WRITE`, for the whole test.
+    fn slow(&self, pattern: &str) {
+        self.sim.inject_fault(Fault::slow(pattern, SLOW_WRITE));
+    }
+
+    /// Whether the mdev `uuid` is on the simulated host.
+    fn on_host(&self, uuid: &str) -> bool {
+        self.sim.mdev_uuids().iter().any(|u| u == uuid)
+    }
+
+    /// Creates the persistent mtty-2 instance `uuid`.
+    fn create_persistent(&self, uuid: &str) {
+        self.engine
+            .create(CreateRequest {
+                persistent: true,
+                ..mtty_create(uuid)
+            })
+            .unwrap();
+    }
+
+    /// Destroys `uuid` with the default options.
+    fn destroy(&self, uuid: &str) -> Result<(), EngineError> {
+        self.engine.destroy(uuid, DestroyOptions::default())
+    }
+
+    /// Every mdev on the simulated host is one the engine records (nothing unmanaged appeared).
+    fn assert_nothing_unmanaged(&self, round: usize) {
+        let state = lock(&self.engine.state);
+        for uuid in self.sim.mdev_uuids() {
+            assert!(
+                state.has_instance(&uuid),
+                "round {round}: mdev {uuid} is on the host but not managed"
+            );
+        }
+    }
 }
 
 fn round_uuid(round: usize) -> String {
@@ -52,56 +104,99 @@ fn by_uuid(uuid: &str) -> DeviceRequest {
     }
 }
 
-/// Every mdev on the simulated host is one the engine records (nothing unmanaged appeared).
-fn assert_nothing_unmanaged(engine: &Engine, sim: &SimHost, round: usize) {
-    let state = lock(&engine.state);
-    for uuid in sim.mdev_uuids() {
-        assert!(
-            state.has_instance(&uuid),
-            "round {round}: mdev {uuid} is on the host but not managed"
-        );
+fn mtty_create(uuid: &str) -> CreateRequest {
+    CreateRequest {
+        uuid: Some(uuid.into()),
+        ..CreateRequest::new(CreateTarget::Mdev {
+            parent: MTTY.into(),
+            type_id: MTTY_TYPE.into(),
+        })
+    }
+}
+
+/// Runs `each(0..threads)` on as many threads released by one barrier; their results in order.
+fn race_all<R: Send>(threads: usize, each: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|scope| {
+        let running: Vec<_> = (0..threads)
+            .map(|index| {
+                let (barrier, each) = (&barrier, &each);
+                scope.spawn(move || {
+                    barrier.wait();
+                    each(index)
+                })
+            })
+            .collect();
+        running.into_iter().map(|t| t.join().unwrap()).collect()
+    })
+}
+
+/// Runs `first` and `second` on two threads released by one barrier, each after its lag.
+fn race_lagged<A: Send, B: Send>(
+    (lag_first, lag_second): (Duration, Duration),
+    first: impl FnOnce() -> A + Send,
+    second: impl FnOnce() -> B + Send,
+) -> (A, B) {
+    let barrier = Barrier::new(2);
+    let barrier = &barrier;
+    std::thread::scope(|scope| {
+        let one = scope.spawn(move || {
+            barrier.wait();
+            std::thread::sleep(lag_first);
+            first()
+        });
+        let two = scope.spawn(move || {
+            barrier.wait();
+            std::thread::sleep(lag_second);
+            second()
+        });
+        (one.join().unwrap(), two.join().unwrap())
+    })
+}
+
+/// `second` starts 0, 4 or 8 ms (by round) after `first`, which gets the head start.
+fn race_first_ahead<A: Send, B: Send>(
+    round: usize,
+    first: impl FnOnce() -> A + Send,
+    second: impl FnOnce() -> B + Send,
+) -> (A, B) {
+    let lag = Duration::from_millis((round % 3) as u64 * 4);
+    race_lagged((Duration::ZERO, lag), first, second)
+}
+
+/// Runs `first` and `second` on two threads released by one barrier. Both orders happen over
+/// the rounds: in even rounds `second` starts a few milliseconds after `first`, in odd rounds
+/// `first` starts a few milliseconds after `second` (0, 4 or 8 ms plus 1, by round).
+fn race<A: Send, B: Send>(
+    round: usize,
+    first: impl FnOnce() -> A + Send,
+    second: impl FnOnce() -> B + Send,
+) -> (A, B) {
+    let lag = Duration::from_millis((round % 3) as u64 * 4 + 1);
+    if round % 2 == 0 {
+        race_lagged((Duration::ZERO, lag), first, second)
+    } else {
+        race_lagged((lag, Duration::ZERO), first, second)
     }
 }
 
 #[test]
 fn concurrent_claims_of_one_instance_by_different_domains_let_exactly_one_win() {
-    let sim = SimHost::builtin("samples").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = engine_on(&sim, dir.path());
+    let fx = Fixture::new();
+    let engine = &fx.engine;
     // Starting a defined instance is the claim's slow step (between its check and its write).
-    let _slow = sim.inject_fault(Fault::slow("*/mdev_supported_types/*/create", SLOW_WRITE));
+    fx.slow("*/mdev_supported_types/*/create");
     let claimants = 6;
     for round in 0..12 {
         let uuid = round_uuid(round);
-        engine
-            .create(CreateRequest {
-                uuid: Some(uuid.clone()),
-                persistent: true,
-                ..CreateRequest::new(CreateTarget::Mdev {
-                    parent: MTTY.into(),
-                    type_id: MTTY_TYPE.into(),
-                })
-            })
-            .unwrap();
+        fx.create_persistent(&uuid);
         // Odd rounds race on a defined (stopped) instance, even ones on a running one.
         if round % 2 == 1 {
             engine.stop(&uuid, DestroyOptions::default()).unwrap();
         }
-        let barrier = Arc::new(Barrier::new(claimants));
-        let results: Vec<_> = (0..claimants)
-            .map(|index| {
-                let engine = Arc::clone(&engine);
-                let barrier = Arc::clone(&barrier);
-                let uuid = uuid.clone();
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    engine.claim_domain(&domain_of(index), &[by_uuid(&uuid)])
-                })
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|thread| thread.join().unwrap())
-            .collect();
+        let results = race_all(claimants, |index| {
+            engine.claim_domain(&domain_of(index), &[by_uuid(&uuid)])
+        });
         let winners: Vec<usize> = (0..claimants).filter(|i| results[*i].is_ok()).collect();
         assert_eq!(
             winners.len(),
@@ -119,56 +214,30 @@ fn concurrent_claims_of_one_instance_by_different_domains_let_exactly_one_win() 
             .claim
             .map(|c| c.domain_uuid.to_string());
         assert_eq!(holder, Some(domain_of(winners[0]).uuid), "round {round}");
-        assert!(
-            sim.mdev_uuids().contains(&uuid),
-            "round {round}: not on the host"
-        );
-        assert_nothing_unmanaged(&engine, &sim, round);
+        assert!(fx.on_host(&uuid), "round {round}: not on the host");
+        fx.assert_nothing_unmanaged(round);
         engine.release_domain(&domain_of(winners[0])).unwrap();
-        engine.destroy(&uuid, DestroyOptions::default()).unwrap();
+        fx.destroy(&uuid).unwrap();
     }
 }
 
 #[test]
 fn a_claim_racing_a_destroy_never_both_succeed_and_leave_nothing_unmanaged() {
-    let sim = SimHost::builtin("samples").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = engine_on(&sim, dir.path());
+    let fx = Fixture::new();
+    let engine = &fx.engine;
     // The removal is the destroy's slow step (between its claim check and forgetting).
-    let _slow = sim.inject_fault(Fault::slow("*/remove", SLOW_WRITE));
+    fx.slow("*/remove");
     let domain = domain_of(1);
     for round in 0..16 {
         let uuid = round_uuid(round);
-        engine
-            .create(CreateRequest {
-                uuid: Some(uuid.clone()),
-                ..CreateRequest::new(CreateTarget::Mdev {
-                    parent: MTTY.into(),
-                    type_id: MTTY_TYPE.into(),
-                })
-            })
-            .unwrap();
-        let barrier = Arc::new(Barrier::new(2));
-        let destroyer = {
-            let (engine, barrier, uuid) = (Arc::clone(&engine), Arc::clone(&barrier), uuid.clone());
-            std::thread::spawn(move || {
-                barrier.wait();
-                engine.destroy(&uuid, DestroyOptions::default())
-            })
-        };
-        let claimer = {
-            let (engine, barrier, uuid) = (Arc::clone(&engine), Arc::clone(&barrier), uuid.clone());
-            let domain = domain.clone();
-            std::thread::spawn(move || {
-                barrier.wait();
-                // The destroy gets a head start into its slow removal (most rounds).
-                std::thread::sleep(Duration::from_millis((round % 3) as u64 * 4));
-                engine.claim_domain(&domain, &[by_uuid(&uuid)])
-            })
-        };
-        let destroyed = destroyer.join().unwrap();
-        let claimed = claimer.join().unwrap();
-        let on_host = sim.mdev_uuids().contains(&uuid);
+        engine.create(mtty_create(&uuid)).unwrap();
+        // The destroy gets a head start into its slow removal (most rounds).
+        let (destroyed, claimed) = race_first_ahead(
+            round,
+            || fx.destroy(&uuid),
+            || engine.claim_domain(&domain, &[by_uuid(&uuid)]),
+        );
+        let on_host = fx.on_host(&uuid);
         match (&destroyed, &claimed) {
             (Ok(()), Ok(_)) => panic!("round {round}: a claimed instance was destroyed unforced"),
             (Ok(()), Err(error)) => {
@@ -191,53 +260,35 @@ fn a_claim_racing_a_destroy_never_both_succeed_and_leave_nothing_unmanaged() {
             }
             (Err(d), Err(c)) => panic!("round {round}: both failed: destroy {d}; claim {c}"),
         }
-        assert_nothing_unmanaged(&engine, &sim, round);
+        fx.assert_nothing_unmanaged(round);
         engine.release_domain(&domain).unwrap();
-        let _ = engine.destroy(&uuid, DestroyOptions::default());
-        assert!(!sim.mdev_uuids().contains(&uuid), "round {round}: cleanup");
+        let _ = fx.destroy(&uuid);
+        assert!(!fx.on_host(&uuid), "round {round}: cleanup");
     }
 }
 
 #[test]
 fn a_definition_racing_a_create_of_the_same_uuid_lets_exactly_one_win() {
-    let sim = SimHost::builtin("samples").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = engine_on(&sim, dir.path());
+    let fx = Fixture::new();
+    let engine = &fx.engine;
     // The create's slow step is its sysfs write, between reserving the UUID and recording it.
-    let _slow = sim.inject_fault(Fault::slow("*/create", SLOW_WRITE));
+    fx.slow("*/create");
     for round in 0..12 {
         let uuid = round_uuid(round);
-        let barrier = Arc::new(Barrier::new(2));
-        let creator = {
-            let (engine, barrier, uuid) = (Arc::clone(&engine), Arc::clone(&barrier), uuid.clone());
-            std::thread::spawn(move || {
-                barrier.wait();
-                engine.create(CreateRequest {
-                    uuid: Some(uuid),
-                    ..CreateRequest::new(CreateTarget::Mdev {
-                        parent: MTTY.into(),
-                        type_id: MTTY_TYPE.into(),
-                    })
-                })
-            })
-        };
-        let definer = {
-            let (engine, barrier, uuid) = (Arc::clone(&engine), Arc::clone(&barrier), uuid.clone());
-            std::thread::spawn(move || {
-                barrier.wait();
-                std::thread::sleep(Duration::from_millis((round % 3) as u64 * 4));
+        let (created, defined) = race_first_ahead(
+            round,
+            || engine.create(mtty_create(&uuid)),
+            || {
                 engine.define_mdev(crate::MdevDefinition {
                     parent: MTTY.into(),
                     type_id: MTTY_TYPE.into(),
-                    uuid: Some(uuid),
+                    uuid: Some(uuid.clone()),
                     autostart: false,
                     attributes: Vec::new(),
                 })
-            })
-        };
-        let created = creator.join().unwrap();
-        let defined = definer.join().unwrap();
-        let on_host = sim.mdev_uuids().contains(&uuid);
+            },
+        );
+        let on_host = fx.on_host(&uuid);
         let known = engine.instance(&uuid).unwrap();
         match (&created, &defined) {
             (Ok(_), Ok(_)) => panic!("round {round}: one UUID both created and defined"),
@@ -264,9 +315,9 @@ fn a_definition_racing_a_create_of_the_same_uuid_lets_exactly_one_win() {
             }
             (Err(c), Err(d)) => panic!("round {round}: both failed: create {c}; define {d}"),
         }
-        assert_nothing_unmanaged(&engine, &sim, round);
-        engine.destroy(&uuid, DestroyOptions::default()).unwrap();
-        assert!(!sim.mdev_uuids().contains(&uuid), "round {round}: cleanup");
+        fx.assert_nothing_unmanaged(round);
+        fx.destroy(&uuid).unwrap();
+        assert!(!fx.on_host(&uuid), "round {round}: cleanup");
     }
 }
 
@@ -289,74 +340,30 @@ fn desired_on_mtty(profile: &str, count: u32) -> vgpu_profiles::desired::Desired
     }
 }
 
-fn dual_on_mtty(count: usize) -> Vec<CreateRequest> {
-    vec![
+/// Creates `count` dual-port instances on mtty in one batch; their UUIDs.
+fn create_duals_on_mtty(engine: &Engine, count: usize) -> Vec<String> {
+    let requests = vec![
         CreateRequest::new(CreateTarget::Profile {
             profile: "mtty-dual".into(),
             parent: Some(MTTY.into()),
         });
         count
-    ]
-}
-
-fn mtty_create(uuid: &str) -> CreateRequest {
-    CreateRequest {
-        uuid: Some(uuid.into()),
-        ..CreateRequest::new(CreateTarget::Mdev {
-            parent: MTTY.into(),
-            type_id: MTTY_TYPE.into(),
-        })
-    }
-}
-
-/// Runs `first` and `second` on two threads released by one barrier. Both orders happen over
-/// the rounds: in even rounds `second` starts a few milliseconds after `first`, in odd rounds
-/// `first` starts a few milliseconds after `second` (0, 4 or 8 ms plus 1, by round).
-fn race<A, B>(
-    round: usize,
-    first: impl FnOnce() -> A + Send + 'static,
-    second: impl FnOnce() -> B + Send + 'static,
-) -> (A, B)
-where
-    A: Send + 'static,
-    B: Send + 'static,
-{
-    let lag = Duration::from_millis((round % 3) as u64 * 4 + 1);
-    let (lag_first, lag_second) = if round % 2 == 0 {
-        (Duration::ZERO, lag)
-    } else {
-        (lag, Duration::ZERO)
-    };
-    let barrier = Arc::new(Barrier::new(2));
-    let one = {
-        let barrier = Arc::clone(&barrier);
-        std::thread::spawn(move || {
-            barrier.wait();
-            std::thread::sleep(lag_first);
-            first()
-        })
-    };
-    let two = std::thread::spawn(move || {
-        barrier.wait();
-        std::thread::sleep(lag_second);
-        second()
-    });
-    (one.join().unwrap(), two.join().unwrap())
+    ];
+    engine
+        .create_batch(requests)
+        .unwrap()
+        .into_iter()
+        .map(|info| info.uuid)
+        .collect()
 }
 
 #[test]
 fn an_apply_racing_a_create_for_the_last_room_on_its_parent_lets_exactly_one_win() {
-    let sim = SimHost::builtin("samples").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = engine_on(&sim, dir.path());
+    let fx = Fixture::new();
+    let engine = &fx.engine;
     // 10 dual-port instances take 20 of mtty's 24 ports: room for two more, not three.
-    let base: Vec<String> = engine
-        .create_batch(dual_on_mtty(10))
-        .unwrap()
-        .into_iter()
-        .map(|info| info.uuid)
-        .collect();
-    let _slow = sim.inject_fault(Fault::slow("*/mdev_supported_types/*/create", SLOW_WRITE));
+    let base = create_duals_on_mtty(engine, 10);
+    fx.slow("*/mdev_supported_types/*/create");
     for round in 0..12 {
         let plan = engine
             .plan_apply(&desired_on_mtty("mtty-dual", 12), false)
@@ -372,16 +379,12 @@ fn an_apply_racing_a_create_for_the_last_room_on_its_parent_lets_exactly_one_win
             plan.render()
         );
         let uuid = round_uuid(round);
-        let (applied, created) = {
-            let (engine_a, engine_c, uuid) =
-                (Arc::clone(&engine), Arc::clone(&engine), uuid.clone());
-            race(
-                round,
-                move || engine_a.apply_plan(&plan),
-                move || engine_c.create(mtty_create(&uuid)),
-            )
-        };
-        let on_host = sim.mdev_uuids();
+        let (applied, created) = race(
+            round,
+            || engine.apply_plan(&plan),
+            || engine.create(mtty_create(&uuid)),
+        );
+        let on_host = fx.sim.mdev_uuids();
         match (&applied, &created) {
             (Ok(_), Ok(_)) => panic!("round {round}: 6 ports granted where 4 were free"),
             (Ok(report), Err(error)) => {
@@ -421,77 +424,64 @@ fn an_apply_racing_a_create_for_the_last_room_on_its_parent_lets_exactly_one_win
             }
             (Err(a), Err(c)) => panic!("round {round}: both failed: apply {a}; create {c}"),
         }
-        assert_nothing_unmanaged(&engine, &sim, round);
-        for uuid in sim.mdev_uuids() {
+        fx.assert_nothing_unmanaged(round);
+        for uuid in fx.sim.mdev_uuids() {
             if !base.contains(&uuid) {
-                engine.destroy(&uuid, DestroyOptions::default()).unwrap();
+                fx.destroy(&uuid).unwrap();
             }
         }
-        assert_eq!(sim.mdev_uuids().len(), base.len(), "round {round}: cleanup");
+        assert_eq!(
+            fx.sim.mdev_uuids().len(),
+            base.len(),
+            "round {round}: cleanup"
+        );
     }
 }
 
 #[test]
 fn an_apply_racing_a_destroy_of_an_instance_it_removes_never_brings_it_back() {
-    let sim = SimHost::builtin("samples").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = engine_on(&sim, dir.path());
+    let fx = Fixture::new();
+    let engine = &fx.engine;
     // The removal is the slow step of both the apply's destroys and the plain destroy.
-    let _slow = sim.inject_fault(Fault::slow("*/remove", SLOW_WRITE));
+    fx.slow("*/remove");
     for round in 0..12 {
-        let pair: Vec<String> = engine
-            .create_batch(dual_on_mtty(2))
-            .unwrap()
-            .into_iter()
-            .map(|info| info.uuid)
-            .collect();
+        let pair = create_duals_on_mtty(engine, 2);
         // The file wants single-port instances: both dual-port ones are planned for removal.
         let plan = engine
             .plan_apply(&desired_on_mtty("mtty", 2), false)
             .unwrap();
         assert_eq!(plan.destroys.len(), 2, "round {round}: {}", plan.render());
-        let target = pair[round % 2].clone();
-        let other = pair[1 - round % 2].clone();
-        let (applied, destroyed) = {
-            let (engine_a, engine_d, target) =
-                (Arc::clone(&engine), Arc::clone(&engine), target.clone());
-            race(
-                round,
-                move || engine_a.apply_plan(&plan),
-                move || engine_d.destroy(&target, DestroyOptions::default()),
-            )
-        };
-        let on_host = sim.mdev_uuids();
+        let target = &pair[round % 2];
+        let other = &pair[1 - round % 2];
+        let (applied, destroyed) = race(round, || engine.apply_plan(&plan), || fx.destroy(target));
+        let on_host = fx.sim.mdev_uuids();
         // Whoever removed it, the instance the destroy named is gone for good.
+        assert!(!on_host.contains(target), "round {round}: {target} is back");
         assert!(
-            !on_host.contains(&target),
-            "round {round}: {target} is back"
-        );
-        assert!(
-            engine.instance(&target).is_err(),
+            engine.instance(target).is_err(),
             "round {round}: {target} is known again"
         );
         match (&applied, &destroyed) {
             (Ok(_), Ok(())) => panic!("round {round}: {target} removed twice"),
             (Ok(report), Err(error)) => {
                 assert_eq!(error.kind(), ErrorKind::NotFound, "round {round}: {error}");
-                assert!(error.to_string().contains(&target), "{error}");
+                assert!(error.to_string().contains(target), "{error}");
                 assert_eq!(report.destroyed.len(), 2, "round {round}");
                 assert_eq!(report.created.len(), 2, "round {round}");
-                assert!(!on_host.contains(&other), "round {round}");
+                assert!(!on_host.contains(other), "round {round}");
             }
             (Err(error), Ok(())) => {
                 assert_eq!(error.kind(), ErrorKind::NotFound, "round {round}: {error}");
                 // The apply changed nothing else: the other planned removal is still there.
-                assert!(on_host.contains(&other), "round {round}: {other} lost");
-                assert!(engine.instance(&other).is_ok(), "round {round}");
+                assert!(on_host.contains(other), "round {round}: {other} lost");
+                assert!(engine.instance(other).is_ok(), "round {round}");
                 assert_eq!(on_host.len(), 1, "round {round}: {on_host:?}");
             }
             (Err(a), Err(d)) => panic!("round {round}: both failed: apply {a}; destroy {d}"),
         }
-        assert_nothing_unmanaged(&engine, &sim, round);
-        for uuid in sim.mdev_uuids() {
-            engine.destroy(&uuid, DestroyOptions::default()).unwrap();
+        fx.assert_nothing_unmanaged(round);
+        for uuid in fx.sim.mdev_uuids() {
+            fx.destroy(&uuid).unwrap();
         }
     }
 }
@@ -511,26 +501,21 @@ fn write_definition(root: &std::path::Path, uuid: &str, autostart: bool) -> std:
 
 #[test]
 fn an_import_racing_a_create_of_the_same_uuid_lets_exactly_one_take_it() {
-    let sim = SimHost::builtin("samples").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = engine_on(&sim, dir.path());
+    let fx = Fixture::new();
+    let engine = &fx.engine;
     // The create's slow step is its sysfs write, between reserving the UUID and recording it.
-    let _slow = sim.inject_fault(Fault::slow("*/create", SLOW_WRITE));
+    fx.slow("*/create");
     for round in 0..12 {
         let uuid = round_uuid(round);
-        let file = write_definition(dir.path(), &uuid, false);
-        let (created, imported) = {
-            let (engine_c, engine_i, uuid) =
-                (Arc::clone(&engine), Arc::clone(&engine), uuid.clone());
-            race(
-                round,
-                move || engine_c.create(mtty_create(&uuid)),
-                move || engine_i.import_mdevctl().unwrap(),
-            )
-        };
+        let file = write_definition(fx.dir.path(), &uuid, false);
+        let (created, imported) = race(
+            round,
+            || engine.create(mtty_create(&uuid)),
+            || engine.import_mdevctl().unwrap(),
+        );
         let took = imported.imported.contains(&uuid);
         let known = engine.instance(&uuid).unwrap();
-        let on_host = sim.mdev_uuids().contains(&uuid);
+        let on_host = fx.on_host(&uuid);
         match (&created, took) {
             (Ok(_), true) => panic!("round {round}: {uuid} both created and imported"),
             (Ok(_), false) => {
@@ -558,41 +543,31 @@ fn an_import_racing_a_create_of_the_same_uuid_lets_exactly_one_take_it() {
                 panic!("round {round}: neither took {uuid}: {error}; {imported:?}")
             }
         }
-        assert_nothing_unmanaged(&engine, &sim, round);
+        fx.assert_nothing_unmanaged(round);
         std::fs::remove_file(&file).unwrap();
-        engine.destroy(&uuid, DestroyOptions::default()).unwrap();
-        assert!(!sim.mdev_uuids().contains(&uuid), "round {round}: cleanup");
+        fx.destroy(&uuid).unwrap();
+        assert!(!fx.on_host(&uuid), "round {round}: cleanup");
     }
 }
 
 #[test]
 fn an_import_racing_a_destroy_of_the_same_uuid_ends_as_one_order_or_the_other() {
-    let sim = SimHost::builtin("samples").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = engine_on(&sim, dir.path());
-    let _slow = sim.inject_fault(Fault::slow("*/remove", SLOW_WRITE));
+    let fx = Fixture::new();
+    let engine = &fx.engine;
+    fx.slow("*/remove");
     for round in 0..12 {
         let uuid = round_uuid(round);
-        engine
-            .create(CreateRequest {
-                persistent: true,
-                ..mtty_create(&uuid)
-            })
-            .unwrap();
+        fx.create_persistent(&uuid);
         // mdevctl's own definition of the same instance (as after `mdevctl define`).
-        let file = write_definition(dir.path(), &uuid, false);
-        let (destroyed, imported) = {
-            let (engine_d, engine_i, uuid) =
-                (Arc::clone(&engine), Arc::clone(&engine), uuid.clone());
-            race(
-                round,
-                move || engine_d.destroy(&uuid, DestroyOptions::default()),
-                move || engine_i.import_mdevctl().unwrap(),
-            )
-        };
+        let file = write_definition(fx.dir.path(), &uuid, false);
+        let (destroyed, imported) = race(
+            round,
+            || fx.destroy(&uuid),
+            || engine.import_mdevctl().unwrap(),
+        );
         destroyed.unwrap_or_else(|error| panic!("round {round}: {error}"));
         assert!(
-            !sim.mdev_uuids().contains(&uuid),
+            !fx.on_host(&uuid),
             "round {round}: destroyed, yet on the host"
         );
         if imported.imported.contains(&uuid) {
@@ -614,40 +589,26 @@ fn an_import_racing_a_destroy_of_the_same_uuid_ends_as_one_order_or_the_other() 
                 "round {round}: still known"
             );
         }
-        assert_nothing_unmanaged(&engine, &sim, round);
+        fx.assert_nothing_unmanaged(round);
         std::fs::remove_file(&file).unwrap();
-        let _ = engine.destroy(&uuid, DestroyOptions::default());
+        let _ = fx.destroy(&uuid);
         assert!(engine.instance(&uuid).is_err(), "round {round}: cleanup");
     }
 }
 
 #[test]
 fn set_attributes_racing_a_destroy_never_leaves_a_record_of_the_destroyed_instance() {
-    let sim = SimHost::builtin("samples").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let engine = engine_on(&sim, dir.path());
-    let _slow = sim.inject_fault(Fault::slow("*/remove", SLOW_WRITE));
+    let fx = Fixture::new();
+    let engine = &fx.engine;
+    fx.slow("*/remove");
     for round in 0..12 {
         let uuid = round_uuid(round);
-        engine
-            .create(CreateRequest {
-                persistent: true,
-                ..mtty_create(&uuid)
-            })
-            .unwrap();
-        let (destroyed, set) = {
-            let (engine_d, engine_s, uuid, uuid_s) = (
-                Arc::clone(&engine),
-                Arc::clone(&engine),
-                uuid.clone(),
-                uuid.clone(),
-            );
-            race(
-                round,
-                move || engine_d.destroy(&uuid, DestroyOptions::default()),
-                move || engine_s.set_attributes(&uuid_s, vec![("a".into(), format!("{round}"))]),
-            )
-        };
+        fx.create_persistent(&uuid);
+        let (destroyed, set) = race(
+            round,
+            || fx.destroy(&uuid),
+            || engine.set_attributes(&uuid, vec![("a".into(), format!("{round}"))]),
+        );
         destroyed.unwrap_or_else(|error| panic!("round {round}: {error}"));
         if let Err(error) = &set {
             // After the destroy: the instance is unknown, and the error names it.
@@ -656,12 +617,12 @@ fn set_attributes_racing_a_destroy_never_leaves_a_record_of_the_destroyed_instan
         }
         // Either way the destroy is the last word: no record, no device, no attributes.
         assert!(engine.instance(&uuid).is_err(), "round {round}: known");
-        assert!(!sim.mdev_uuids().contains(&uuid), "round {round}: on host");
+        assert!(!fx.on_host(&uuid), "round {round}: on host");
         assert!(
             engine.instance_attributes().iter().all(|(u, _)| u != &uuid),
             "round {round}: attributes of a destroyed instance"
         );
-        assert_nothing_unmanaged(&engine, &sim, round);
+        fx.assert_nothing_unmanaged(round);
     }
 }
 
@@ -701,15 +662,14 @@ impl StateFiles for SlowFilesUnder {
 
 #[test]
 fn the_mdevctl_mirror_racing_a_persistence_change_ends_in_step_with_the_state() {
-    let sim = SimHost::builtin("samples").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = EngineConfig::default();
-    let files = SlowFilesUnder {
-        inner: DiskFiles::new(dir.path()),
-        under: config.mdevctl_dir.clone(),
-        delay: SLOW_WRITE,
-    };
-    let engine = Arc::new(Engine::new(Arc::new(sim.clone()), Arc::new(files), config).unwrap());
+    let fx = Fixture::with_files(EngineConfig::default(), |root, config| {
+        Arc::new(SlowFilesUnder {
+            inner: DiskFiles::new(root),
+            under: config.mdevctl_dir.clone(),
+            delay: SLOW_WRITE,
+        })
+    });
+    let engine = &fx.engine;
     let uuid = round_uuid(0);
     engine
         .create(CreateRequest {
@@ -718,7 +678,7 @@ fn the_mdevctl_mirror_racing_a_persistence_change_ends_in_step_with_the_state() 
         })
         .unwrap();
     engine.sync_mdevctl_mirror();
-    let file = dir.path().join("etc/mdevctl.d").join(MTTY).join(&uuid);
+    let file = fx.dir.path().join("etc/mdevctl.d").join(MTTY).join(&uuid);
     // (persistent, autostart) in turn: toggled autostart, undefined, defined again.
     let steps = [
         (true, false),
@@ -730,21 +690,17 @@ fn the_mdevctl_mirror_racing_a_persistence_change_ends_in_step_with_the_state() 
     ];
     for round in 0..18 {
         let (persistent, autostart) = steps[round % steps.len()];
-        let (changed, other_pass) = {
-            let (engine_c, engine_m, uuid) =
-                (Arc::clone(&engine), Arc::clone(&engine), uuid.clone());
-            race(
-                round,
-                move || {
-                    let info = engine_c.set_persistence(&uuid, persistent, autostart);
-                    // As the service does after every change.
-                    engine_c.sync_mdevctl_mirror();
-                    info
-                },
-                // Another call's sync, running meanwhile.
-                move || engine_m.sync_mdevctl_mirror(),
-            )
-        };
+        let (changed, other_pass) = race(
+            round,
+            || {
+                let info = engine.set_persistence(&uuid, persistent, autostart);
+                // As the service does after every change.
+                engine.sync_mdevctl_mirror();
+                info
+            },
+            // Another call's sync, running meanwhile.
+            || engine.sync_mdevctl_mirror(),
+        );
         let info = changed.unwrap_or_else(|error| panic!("round {round}: {error}"));
         assert!(
             other_pass.problems.is_empty(),
@@ -757,7 +713,8 @@ fn the_mdevctl_mirror_racing_a_persistence_change_ends_in_step_with_the_state() 
         assert_eq!(on_disk, wanted, "round {round}: the mirror is out of step");
         let manifest: std::collections::BTreeMap<String, String> = serde_json::from_slice(
             &std::fs::read(
-                dir.path()
+                fx.dir
+                    .path()
                     .join("var/lib/mdev-manager")
                     .join(crate::mdevctl_mirror::MANIFEST),
             )

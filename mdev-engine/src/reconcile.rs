@@ -25,7 +25,6 @@ pub struct Reconciled {
     /// reflected in `inventory` and the state.
     pub generation: u64,
 }
-use crate::record_names::host_uuid;
 use crate::state::{InstanceRecord, Uuid, PENDING_RELEASES_DIR};
 
 /// At most this many parents get their autostart instances started at once by a reconcile.
@@ -89,7 +88,7 @@ impl Engine {
         }
         let mut finished = Vec::new();
         for key in &interrupted {
-            let uuid = host_uuid(key);
+            let uuid = *key;
             let record = lock(&self.state).instance(key).cloned();
             let removed = match &record {
                 Some(record) => {

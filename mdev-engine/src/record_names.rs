@@ -16,16 +16,6 @@ use serde::{Deserialize, Serialize};
 use crate::PciAddress;
 use mdev_host::discovery::names::{self, NameError};
 
-/// The record's UUID of a UUID the host layer parsed.
-pub(crate) fn record_uuid(uuid: &vgpu_types::Uuid) -> vgpu_types::Uuid {
-    *uuid
-}
-
-/// The host layer's UUID of a record's UUID.
-pub(crate) fn host_uuid(uuid: &vgpu_types::Uuid) -> vgpu_types::Uuid {
-    *uuid
-}
-
 /// The name of an instance's parent: an mdev parent's sysfs name (`0000:3b:00.0`, `mtty`), or
 /// the PCI address of a PF (VF kinds) or of a whole GPU (pass-through).
 ///

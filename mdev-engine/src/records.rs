@@ -22,7 +22,7 @@ impl Engine {
         let mdev = discovery::read_mdev(self.fs(), &uuid)
             .ok_or(EngineError::UnknownInstance { uuid: key.clone() })?;
         let record = InstanceRecord {
-            uuid: crate::record_names::record_uuid(&uuid),
+            uuid,
             kind: InstanceKind::Mdev,
             parent: ParentName::new(&mdev.parent)?,
             type_id: TypeId::new(&mdev.type_id)?,

@@ -6,7 +6,6 @@ use std::collections::HashSet;
 use super::{
     claimed, lock, missing_vf, DestroyOptions, Engine, EngineError, EngineEvent, InstanceKind,
 };
-use crate::record_names::host_uuid;
 use crate::state::{InstanceRecord, Uuid};
 use mdev_host::discovery::{self, layout, names};
 
@@ -255,7 +254,7 @@ impl Engine {
     pub(crate) fn remove_device(&self, record: &InstanceRecord) -> Result<(), EngineError> {
         match record.kind {
             InstanceKind::Mdev => {
-                let uuid = host_uuid(&record.uuid);
+                let uuid = record.uuid;
                 if self.fs().exists(&layout::mdev_device(&uuid)) {
                     self.host.remove_mdev(&uuid)?;
                 }

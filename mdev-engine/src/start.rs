@@ -5,7 +5,6 @@ use super::{
     lock, missing_vf, Engine, EngineError, EngineEvent, InstanceInfo, InstanceKind,
     OperationContext, PciAddress,
 };
-use crate::record_names::host_uuid;
 use crate::state::InstanceRecord;
 use mdev_host::discovery::{layout, names};
 
@@ -47,7 +46,7 @@ impl Engine {
         ctx: &OperationContext,
         record: &InstanceRecord,
     ) -> Result<InstanceRecord, EngineError> {
-        let uuid = host_uuid(&record.uuid);
+        let uuid = record.uuid;
         let parent_lock = self.parent_lock(&record.parent);
         let _serialized = lock(&parent_lock);
         let mut started = record.clone();

@@ -5,7 +5,10 @@
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
-use uuid::Uuid;
+// mdevctl reads `--uuid` with the `uuid` crate, which also takes the 32-digit, braced and URN
+// spellings; so does this command (`parse_any_spelling`), naming the device in the one
+// hyphenated form.
+use vgpu_types::Uuid;
 
 /// mdevctl, backed by the mdev-manager service over D-Bus.
 #[derive(Debug, Parser)]
@@ -45,7 +48,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct Define {
     /// UUID of the device.
-    #[arg(short, long, required_unless_present("parent"))]
+    #[arg(short, long, value_parser = Uuid::parse_any_spelling, required_unless_present("parent"))]
     pub uuid: Option<Uuid>,
     /// Start the device automatically when its parent appears.
     #[arg(short, long)]
@@ -68,7 +71,7 @@ pub struct Define {
 #[derive(Debug, Args)]
 pub struct Undefine {
     /// UUID of the device.
-    #[arg(short, long)]
+    #[arg(short, long, value_parser = Uuid::parse_any_spelling)]
     pub uuid: Uuid,
     /// Parent of the device.
     #[arg(short, long)]
@@ -87,7 +90,7 @@ pub struct Undefine {
 ))]
 pub struct Modify {
     /// UUID of the device.
-    #[arg(short, long)]
+    #[arg(short, long, value_parser = Uuid::parse_any_spelling)]
     pub uuid: Uuid,
     /// Parent of the device.
     #[arg(short, long)]
@@ -136,7 +139,7 @@ pub struct Modify {
 #[derive(Debug, Args)]
 pub struct Start {
     /// UUID of the device.
-    #[arg(short, long)]
+    #[arg(short, long, value_parser = Uuid::parse_any_spelling)]
     pub uuid: Option<Uuid>,
     /// Parent of the device.
     #[arg(short, long)]
@@ -156,7 +159,7 @@ pub struct Start {
 #[derive(Debug, Args)]
 pub struct Stop {
     /// UUID of the device.
-    #[arg(short, long)]
+    #[arg(short, long, value_parser = Uuid::parse_any_spelling)]
     pub uuid: Uuid,
     /// Accepted for compatibility.
     #[arg(short, long)]
@@ -176,7 +179,7 @@ pub struct List {
     #[arg(short, long)]
     pub verbose: bool,
     /// Only this UUID.
-    #[arg(short, long)]
+    #[arg(short, long, value_parser = Uuid::parse_any_spelling)]
     pub uuid: Option<Uuid>,
     /// Only this parent.
     #[arg(short, long)]
@@ -199,4 +202,39 @@ pub struct Types {
 pub struct StartParentMdevs {
     /// The parent device (its sysfs name).
     pub parent: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UUID: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";
+
+    fn start_uuid(text: &str) -> Result<Uuid, clap::Error> {
+        match Cli::try_parse_from(["mdevctl", "start", "--uuid", text])?.command {
+            Command::Start(start) => Ok(start.uuid.expect("a --uuid was given")),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn uuid_options_take_every_spelling_mdevctl_takes_and_name_the_hyphenated_form() {
+        for text in [
+            UUID.to_owned(),
+            UUID.to_ascii_uppercase(),
+            UUID.replace('-', ""),
+            format!("{{{UUID}}}"),
+            format!("urn:uuid:{UUID}"),
+        ] {
+            let uuid = start_uuid(&text).unwrap_or_else(|error| panic!("{text}: {error}"));
+            assert_eq!(uuid.to_string(), UUID, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_uuid_option_is_a_usage_error_naming_the_input() {
+        let error = start_uuid("83b8f4f2-509f").unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+        assert!(error.to_string().contains("83b8f4f2-509f"), "{error}");
+    }
 }

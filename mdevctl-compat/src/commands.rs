@@ -16,7 +16,7 @@ use dbus_api::proxy::{InstanceProxy, ManagerProxy, Options};
 use dbus_api::{ClientError, ErrorKind};
 use std::collections::HashMap;
 use std::io::Write;
-use uuid::Uuid;
+use vgpu_types::Uuid;
 use zbus::OwnedVariant;
 
 /// Why a subcommand failed (printed as `Error: ...`, exit status 1, as mdevctl does).
@@ -121,7 +121,7 @@ async fn find(
     uuid: Uuid,
     parent: Option<&str>,
 ) -> Result<Option<Device>, CommandError> {
-    let uuid = uuid.hyphenated().to_string();
+    let uuid = uuid.to_string();
     Ok(devices(manager, true)
         .await?
         .into_iter()
@@ -220,7 +220,7 @@ pub async fn list(
     } else {
         Listing::Active
     };
-    let uuid = args.uuid.map(|u| u.hyphenated().to_string());
+    let uuid = args.uuid.map(|u| u.to_string());
     let selected: Vec<Device> = devices(&manager, listing == Listing::Defined)
         .await?
         .into_iter()
@@ -303,7 +303,7 @@ async fn create(
     let sent = dbus_api::options::to_dict(&dbus_api::options::CreateOptions {
         parent: Some(target.parent.to_owned()),
         mdev_type: Some(target.mdev_type.to_owned()),
-        uuid: target.uuid.map(|uuid| uuid.hyphenated().to_string()),
+        uuid: target.uuid.map(|uuid| uuid.to_string()),
         persistent: target.persistent.then_some(true),
         autostart: target.autostart.then_some(true),
         attributes: (!target.attrs.is_empty()).then(|| target.attrs.to_vec()),
@@ -556,7 +556,7 @@ pub async fn modify(connection: &zbus::Connection, args: &cli::Modify) -> Result
     let manager = ManagerProxy::new(connection)
         .await
         .map_err(ClientError::from)?;
-    let uuid_text = args.uuid.hyphenated().to_string();
+    let uuid_text = args.uuid.to_string();
     let definition = args.jsonfile.as_deref().map(Definition::read).transpose()?;
     if args.live {
         if args.auto || args.manual {

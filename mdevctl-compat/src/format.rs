@@ -111,22 +111,32 @@ impl Device {
     }
 }
 
-/// Devices grouped by parent (sorted), each group sorted by UUID.
-fn grouped(devices: &[Device]) -> BTreeMap<&str, Vec<&Device>> {
-    let mut groups: BTreeMap<&str, Vec<&Device>> = BTreeMap::new();
-    for device in devices {
-        groups.entry(&device.parent).or_default().push(device);
+/// `items` grouped by their parent (sorted), each group sorted by `order`: the order every
+/// mdevctl listing prints in.
+fn grouped<'a, T>(
+    items: &'a [T],
+    parent: impl Fn(&'a T) -> &'a str,
+    order: impl Fn(&T, &T) -> std::cmp::Ordering,
+) -> BTreeMap<&'a str, Vec<&'a T>> {
+    let mut groups: BTreeMap<&str, Vec<&T>> = BTreeMap::new();
+    for item in items {
+        groups.entry(parent(item)).or_default().push(item);
     }
     for group in groups.values_mut() {
-        group.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+        group.sort_by(|a, b| order(a, b));
     }
     groups
+}
+
+/// Devices grouped by parent (sorted), each group sorted by UUID.
+fn grouped_devices(devices: &[Device]) -> BTreeMap<&str, Vec<&Device>> {
+    grouped(devices, |d| &d.parent, |a, b| a.uuid.cmp(&b.uuid))
 }
 
 /// `mdevctl list --dumpjson` of `devices` (already filtered); `by_uuid` when `--uuid` was
 /// given.
 pub fn list_json(devices: &[Device], by_uuid: bool) -> String {
-    let groups = grouped(devices);
+    let groups = grouped_devices(devices);
     if by_uuid && devices.len() <= 1 {
         return match groups.values().next().and_then(|group| group.first()) {
             Some(device) => device.config_json().pretty(),
@@ -151,7 +161,7 @@ pub fn list_json(devices: &[Device], by_uuid: bool) -> String {
 
 /// `mdevctl list [--defined] [--verbose]` of `devices` (already filtered).
 pub fn list_text(devices: &[Device], listing: Listing, verbose: bool) -> String {
-    grouped(devices)
+    grouped_devices(devices)
         .values()
         .flatten()
         .map(|device| device.text(listing, verbose))
@@ -160,14 +170,7 @@ pub fn list_text(devices: &[Device], listing: Listing, verbose: bool) -> String 
 
 /// Types grouped by parent (sorted), each group sorted by type id.
 fn grouped_types(types: &[TypeInfo]) -> BTreeMap<&str, Vec<&TypeInfo>> {
-    let mut groups: BTreeMap<&str, Vec<&TypeInfo>> = BTreeMap::new();
-    for info in types {
-        groups.entry(&info.parent).or_default().push(info);
-    }
-    for group in groups.values_mut() {
-        group.sort_by(|a, b| a.id.cmp(&b.id));
-    }
-    groups
+    grouped(types, |t| &t.parent, |a, b| a.id.cmp(&b.id))
 }
 
 /// `mdevctl types --dumpjson`.

@@ -194,6 +194,8 @@ mod tests {
             (0, 0x3b, 0, 4)
         );
         assert_eq!(address.to_string(), "0000:3b:00.4");
+        // `str::parse` (what the hook and the engine call) is the same reader.
+        assert_eq!("0000:3b:00.4".parse::<PciAddress>(), Ok(address));
         let last = PciAddress::parse("ffff:ff:1f.7").unwrap();
         assert_eq!(last.to_string(), "ffff:ff:1f.7");
     }
@@ -203,6 +205,7 @@ mod tests {
         let vmd = PciAddress::parse("10000:e1:1f.7").unwrap();
         assert_eq!(vmd.domain(), 0x1_0000);
         assert_eq!(vmd.to_string(), "10000:e1:1f.7");
+        assert_eq!("10000:e1:1f.7".parse::<PciAddress>(), Ok(vmd));
         let widest = PciAddress::parse("FFFFFFFF:00:00.0").unwrap();
         assert_eq!(widest.domain(), u32::MAX);
         assert_eq!(widest.to_string(), "ffffffff:00:00.0");
@@ -234,6 +237,7 @@ mod tests {
             "0000:3b:00.0.0",
         ] {
             let error = PciAddress::parse(text).unwrap_err();
+            assert_eq!(text.parse::<PciAddress>(), Err(error.clone()), "{text:?}");
             assert_eq!(
                 error,
                 PciAddressError::Malformed(text.to_owned()),

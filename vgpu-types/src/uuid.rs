@@ -57,6 +57,39 @@ impl Uuid {
         Ok(Uuid(value))
     }
 
+    /// Parses every spelling the tools around the service accept for one UUID: the hyphenated
+    /// form, the 32 digits without hyphens, the hyphenated form in braces (`{…}`) and as a URN
+    /// (`urn:uuid:…`, the prefix in either case), digits in either case. mdevctl's command line
+    /// and libvirt XML written by hand may carry any of them, so the commands that stand in for
+    /// mdevctl and libvirt's hook read such input with this; the service's own names stay the
+    /// one hyphenated form [`Uuid::parse`] accepts and [`Display`](fmt::Display) prints.
+    pub fn parse_any_spelling(text: &str) -> Result<Uuid, UuidError> {
+        let malformed = || UuidError::Malformed(text.to_owned());
+        let parsed = if text.len() == 32 && text.is_ascii() {
+            // Put the hyphens where the hyphenated form has them; a hyphen already in the
+            // digits then lands on a digit's place and is refused there.
+            Uuid::parse(&format!(
+                "{}-{}-{}-{}-{}",
+                &text[..8],
+                &text[8..12],
+                &text[12..16],
+                &text[16..20],
+                &text[20..]
+            ))
+        } else if let Some(inner) = text.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
+            Uuid::parse(inner)
+        } else if let Some(inner) = text
+            .get(..9)
+            .filter(|prefix| prefix.eq_ignore_ascii_case("urn:uuid:"))
+            .and_then(|_| text.get(9..))
+        {
+            Uuid::parse(inner)
+        } else {
+            Uuid::parse(text)
+        };
+        parsed.map_err(|_| malformed())
+    }
+
     /// A UUID from its 16 bytes (big-endian, as printed).
     pub const fn from_bytes(bytes: [u8; 16]) -> Uuid {
         Uuid(bytes)
@@ -180,6 +213,49 @@ mod tests {
             "83b8f4f2-509f-382f-3c1e-e6bfe0fa10é",
         ] {
             let error = Uuid::parse(bad).unwrap_err();
+            assert_eq!(error, UuidError::Malformed(bad.to_owned()), "{bad:?}");
+            assert!(error.to_string().contains(&format!("{bad:?}")), "{error}");
+        }
+    }
+
+    #[test]
+    fn any_spelling_reads_the_simple_braced_and_urn_forms_as_the_same_uuid() {
+        let uuid = Uuid::parse(TEXT).unwrap();
+        for text in [
+            TEXT.to_owned(),
+            TEXT.to_ascii_uppercase(),
+            TEXT.replace('-', ""),
+            TEXT.replace('-', "").to_ascii_uppercase(),
+            format!("{{{TEXT}}}"),
+            format!("urn:uuid:{TEXT}"),
+            format!("URN:UUID:{}", TEXT.to_ascii_uppercase()),
+        ] {
+            assert_eq!(Uuid::parse_any_spelling(&text), Ok(uuid), "{text:?}");
+        }
+        assert_eq!(uuid.to_string(), TEXT);
+    }
+
+    #[test]
+    fn any_spelling_still_refuses_what_no_spelling_allows_naming_the_input() {
+        for bad in [
+            "",
+            "83b8f4f2-509f-382f-3c1e-e6bfe0fa100",
+            "83b8f4f2-509f-382f-3c1e-e6bfe0fa100g",
+            "83b8f4f2509f382f3c1ee6bfe0fa100g",
+            "83b8f4f2509f382f3c1ee6bfe0fa100",
+            "83b8f4f2-509f382f3c1ee6bfe0fa1001",
+            "83b8f4f2509f382f3c1ee6bfe0fa10é",
+            "{83b8f4f2509f382f3c1ee6bfe0fa1001}",
+            "{83b8f4f2-509f-382f-3c1e-e6bfe0fa1001",
+            "(83b8f4f2-509f-382f-3c1e-e6bfe0fa1001)",
+            "urn:uuid:83b8f4f2509f382f3c1ee6bfe0fa1001",
+            "urn:uuid:{83b8f4f2-509f-382f-3c1e-e6bfe0fa1001}",
+            "uuid:83b8f4f2-509f-382f-3c1e-e6bfe0fa1001",
+            "ürn:uid:83b8f4f2-509f-382f-3c1e-e6bfe0fa1001",
+            " 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001",
+            "../../../../../../../../../etc/passw",
+        ] {
+            let error = Uuid::parse_any_spelling(bad).unwrap_err();
             assert_eq!(error, UuidError::Malformed(bad.to_owned()), "{bad:?}");
             assert!(error.to_string().contains(&format!("{bad:?}")), "{error}");
         }

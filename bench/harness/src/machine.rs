@@ -48,20 +48,24 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The value of the `name` line (`VmRSS:`, `MemTotal:`) of a `/proc` file in kB, as
+/// `/proc/meminfo` and `/proc/PID/status` print them (`VmRSS:     1234 kB`).
+pub fn kib_field(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+}
+
 fn memory() -> String {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|rest| {
-                    rest.trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<f64>()
-                        .ok()
-                })
-        })
+        .and_then(|text| kib_field(&text, "MemTotal:"))
         .map(|kib| format!("{:.1} GiB", kib / 1024.0 / 1024.0))
         .unwrap_or_else(|| "unknown".into())
 }

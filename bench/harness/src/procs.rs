@@ -155,16 +155,7 @@ impl Daemon {
         let status =
             std::fs::read_to_string(&path).map_err(BenchError::io("cannot read", &path))?;
         let field = |name: &str| -> Result<f64> {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(name))
-                .and_then(|rest| {
-                    rest.trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<f64>()
-                        .ok()
-                })
+            crate::machine::kib_field(&status, name)
                 .map(|kib| kib / 1024.0)
                 .ok_or_else(|| BenchError::Check(format!("{} has no {name}", path.display())))
         };

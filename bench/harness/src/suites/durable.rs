@@ -86,12 +86,6 @@ async fn concurrent_pairs(
             Ok::<_, BenchError>(samples)
         }));
     }
-    let mut all = Samples::new();
-    for task in tasks {
-        let samples = task
-            .await
-            .map_err(|e| BenchError::Check(format!("a client task failed: {e}")))??;
-        all.extend(&samples);
-    }
+    let all = super::join_clients(tasks).await?;
     Ok((started.elapsed(), all))
 }

@@ -320,14 +320,7 @@ async fn round_trips(
             client_round_trips(connection, path, calls, write).await
         }));
     }
-    let mut all = Samples::new();
-    for task in tasks {
-        let samples = task
-            .await
-            .map_err(|e| BenchError::Check(format!("a client task failed: {e}")))??;
-        all.extend(&samples);
-    }
-    Ok(all)
+    super::join_clients(tasks).await
 }
 
 async fn client_round_trips(

@@ -7,7 +7,7 @@
 
 use crate::error::{BenchError, Result};
 use crate::hosttree::{self, build_inventory_tree};
-use crate::procs::{interleave, Cmd, Daemon, PrivateBus};
+use crate::procs::{interleave, Cmd, PrivateBus};
 use crate::report::{Figure, Row, Section, Target};
 use crate::stats::Samples;
 
@@ -24,31 +24,12 @@ pub fn run(env: &Env) -> Result<Section> {
     let tree = build_inventory_tree(root.path(), INSTANCES)?;
     hosttree::write_profiles(root.path())?;
     let root_text = root.path().display().to_string();
-    // The daemon keeps its state in the suites' STATE_DIR: give it the state the engine wrote
-    // with the tree, so it knows the 384 instances as the persistent autostart instances they
-    // are, as mdevctl knows them from their definitions (the compatible command's listing must
-    // match mdevctl's byte for byte).
-    let written = root.path().join("var/lib/mdev-manager/state.json");
-    let state = super::state_file(root.path());
-    if let Some(dir) = state.parent() {
-        std::fs::create_dir_all(dir).map_err(BenchError::io("cannot create", dir))?;
-    }
-    std::fs::copy(&written, &state).map_err(BenchError::io("cannot copy", &written))?;
 
     let bus = PrivateBus::start()?;
-    // --no-reconcile: every instance is already present, and the benchmark must not write the
-    // tree it compares on.
-    let daemon = Daemon::start(
-        &env.daemon,
-        bus.address(),
-        &[
-            "--root".into(),
-            root_text.clone(),
-            "--no-reconcile".into(),
-            "--state-dir".into(),
-            super::STATE_DIR.into(),
-        ],
-    )?;
+    // The daemon knows the 384 instances as the persistent autostart instances they are, as
+    // mdevctl knows them from their definitions (the compatible command's listing must match
+    // mdevctl's byte for byte).
+    let daemon = super::tree_daemon(env, &bus, root.path())?;
     let vgpuctl = env.vgpuctl.display().to_string();
     let address = bus.address().to_string();
     let vgpuctl_cmd = |name: &str, args: &[&str]| {

@@ -125,12 +125,51 @@ pub fn simulated_daemon(
     )
 }
 
+/// Starts the daemon on the REAL directory tree at `root` (`--root`, the real-host code path),
+/// with the state the engine wrote with the tree copied into [`STATE_DIR`], so it knows the
+/// tree's instances as what they are (persistent, autostart). `--no-reconcile`: every instance
+/// is already present, and the benchmark must not write the tree it compares on.
+pub fn tree_daemon(env: &Env, bus: &PrivateBus, root: &Path) -> Result<Daemon> {
+    let written = root.join("var/lib/mdev-manager/state.json");
+    let state = state_file(root);
+    if let Some(dir) = state.parent() {
+        std::fs::create_dir_all(dir).map_err(BenchError::io("cannot create", dir))?;
+    }
+    std::fs::copy(&written, &state).map_err(BenchError::io("cannot copy", &written))?;
+    Daemon::start(
+        &env.daemon,
+        bus.address(),
+        &[
+            "--root".into(),
+            root.display().to_string(),
+            "--no-reconcile".into(),
+            "--state-dir".into(),
+            STATE_DIR.into(),
+        ],
+    )
+}
+
 /// A client connection to the private bus.
 pub async fn connect(bus: &PrivateBus) -> Result<zbus::Connection> {
     zbus::connection::Builder::address(bus.address())
         .build()
         .await
         .map_err(BenchError::bus("connect"))
+}
+
+/// Waits for every client task and pools their samples; the first failure (of a task, or the
+/// task itself) is the result.
+pub async fn join_clients(
+    tasks: Vec<tokio::task::JoinHandle<Result<crate::stats::Samples>>>,
+) -> Result<crate::stats::Samples> {
+    let mut all = crate::stats::Samples::new();
+    for task in tasks {
+        let samples = task
+            .await
+            .map_err(|e| BenchError::Check(format!("a client task failed: {e}")))??;
+        all.extend(&samples);
+    }
+    Ok(all)
 }
 
 /// A tokio runtime for the harness's own D-Bus clients.
@@ -192,7 +231,7 @@ pub fn command_create_destroy(
     let output = create.output()?;
     let uuid = output
         .split_whitespace()
-        .find(|word| word.len() == 36 && word.matches('-').count() == 4)
+        .find(|word| is_uuid_word(word))
         .ok_or_else(|| BenchError::Check(format!("vgpuctl create printed no UUID: {output:?}")))?
         .to_string();
     crate::procs::Cmd::new(
@@ -202,4 +241,10 @@ pub fn command_create_destroy(
     )
     .output()?;
     Ok(started.elapsed())
+}
+
+/// Whether `word` has a UUID's shape (36 characters with four dashes); what the suites look for
+/// in a command's output.
+pub fn is_uuid_word(word: &str) -> bool {
+    word.len() == 36 && word.matches('-').count() == 4
 }

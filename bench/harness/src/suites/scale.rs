@@ -18,7 +18,7 @@ use crate::hosttree::{
     build_tree, scale_4096_parents, scale_4096_requests, write_profiles, BENCH_PROFILE,
     SCALE_4096_TOPOLOGY,
 };
-use crate::procs::{interleave, Cmd, Daemon, PrivateBus};
+use crate::procs::{interleave, Cmd, PrivateBus};
 use crate::report::{Figure, Row, Section, Target};
 use crate::stats::Samples;
 
@@ -180,26 +180,7 @@ fn listings(
     root: &std::path::Path,
     uuids: &HashSet<String>,
 ) -> Result<([Samples; 2], f64)> {
-    let root_text = root.display().to_string();
-    let written = root.join("var/lib/mdev-manager/state.json");
-    let state = super::state_file(root);
-    if let Some(dir) = state.parent() {
-        std::fs::create_dir_all(dir).map_err(BenchError::io("cannot create", dir))?;
-    }
-    std::fs::copy(&written, &state).map_err(BenchError::io("cannot copy", &written))?;
-    // --no-reconcile: every instance is already present, and the benchmark must not write the
-    // tree it compares on.
-    let daemon = Daemon::start(
-        &env.daemon,
-        bus.address(),
-        &[
-            "--root".into(),
-            root_text.clone(),
-            "--no-reconcile".into(),
-            "--state-dir".into(),
-            super::STATE_DIR.into(),
-        ],
-    )?;
+    let daemon = super::tree_daemon(env, bus, root)?;
     let vgpuctl = Cmd::new(
         "vgpuctl list",
         &env.vgpuctl,
@@ -210,7 +191,7 @@ fn listings(
         crate::machine::mdevctl_path(),
         &["list", "--dumpjson"],
     )
-    .env("MDEVCTL_ENV_ROOT", &root_text);
+    .env("MDEVCTL_ENV_ROOT", root.display().to_string());
     for command in [&vgpuctl, &mdevctl] {
         let missing = uuids.difference(&uuids_in(&command.output()?)).count();
         if missing > 0 {
@@ -244,7 +225,7 @@ async fn pairs(bus: &PrivateBus, parent: &str, count: usize) -> Result<Samples> 
 /// Every UUID-shaped word (36 characters, hex and four dashes) in `text`.
 fn uuids_in(text: &str) -> HashSet<String> {
     text.split(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
-        .filter(|word| word.len() == 36 && word.matches('-').count() == 4)
+        .filter(|word| super::is_uuid_word(word))
         .map(str::to_owned)
         .collect()
 }
