@@ -182,7 +182,11 @@ impl Engine {
             Some(catalog) => profiles::ProfileSet::from_catalog(catalog),
             None => profiles::ProfileSet::load(files.as_ref(), &config.profiles_dir, false)?,
         };
-        let writer = BoundedWriter::new(Arc::clone(&host), config.write_timeout);
+        let writer = if config.inline_host_writes {
+            BoundedWriter::inline(Arc::clone(&host))
+        } else {
+            BoundedWriter::new(Arc::clone(&host), config.write_timeout)
+        };
         Ok(Self {
             host: Host {
                 fs: host,

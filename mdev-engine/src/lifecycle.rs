@@ -5,7 +5,10 @@
 //!
 //! Writes that can block in the kernel go through a [`BoundedWriter`]: the write runs on its own
 //! thread and the caller waits at most the configured timeout; a write still stuck afterwards is
-//! counted (and refused new company once too many are stuck), never forgotten.
+//! counted (and refused new company once too many are stuck), never forgotten. A writer made
+//! with [`BoundedWriter::inline`] has no deadline and writes on the caller's thread instead:
+//! for hosts whose writes cannot block (a simulated host under the model fuzzer), where the
+//! hand-over to a worker only adds two thread wake-ups to every write.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,11 +31,13 @@ pub const MAX_STUCK_WRITES: usize = 4;
 /// How many finished workers wait for the next write instead of ending.
 const MAX_IDLE_WORKERS: usize = 2;
 
-/// Runs sysfs writes on worker threads with a timeout.
+/// Runs sysfs writes on worker threads with a timeout (or, made with
+/// [`BoundedWriter::inline`], on the caller's thread without one).
 #[derive(Debug, Clone)]
 pub struct BoundedWriter {
     host: Arc<dyn HostFs>,
-    timeout: Duration,
+    /// `None`: no deadline, the write runs on the caller's thread.
+    timeout: Option<Duration>,
     stuck: Arc<AtomicUsize>,
     /// Idle workers, each reached through its job channel. Reusing them keeps a thread spawn
     /// (and, on a busy host, a wait to be scheduled) off every write: reconcile makes hundreds.
@@ -61,6 +66,17 @@ impl std::fmt::Debug for WorkerJob {
 impl BoundedWriter {
     /// A writer over `host` that waits at most `timeout` per write.
     pub fn new(host: Arc<dyn HostFs>, timeout: Duration) -> Self {
+        Self::with_deadline(host, Some(timeout))
+    }
+
+    /// A writer over `host` that writes on the caller's thread and waits as long as the write
+    /// takes: no worker, no deadline, so nothing is ever counted stuck. Only for hosts whose
+    /// writes return promptly (a simulated host); a real kernel write can block for good.
+    pub fn inline(host: Arc<dyn HostFs>) -> Self {
+        Self::with_deadline(host, None)
+    }
+
+    fn with_deadline(host: Arc<dyn HostFs>, timeout: Option<Duration>) -> Self {
         Self {
             host,
             timeout,
@@ -117,7 +133,8 @@ impl BoundedWriter {
         self.stuck.load(Ordering::SeqCst)
     }
 
-    /// Writes `data` to `path`, waiting at most the timeout.
+    /// Writes `data` to `path`, waiting at most the timeout (an inline writer: as long as
+    /// the write takes).
     pub fn write(&self, path: &Path, data: &[u8]) -> Result<(), EngineError> {
         let stuck = self.stuck();
         if stuck >= MAX_STUCK_WRITES {
@@ -126,6 +143,17 @@ impl BoundedWriter {
                 path: path.to_owned(),
             });
         }
+        let Some(timeout) = self.timeout else {
+            // Same result and error as a worker's write that finished in time.
+            return self
+                .host
+                .write(path, data)
+                .map_err(|source| EngineError::Sysfs {
+                    op: "write",
+                    path: path.to_owned(),
+                    source,
+                });
+        };
         let slot = Arc::new((Mutex::new(WriteSlot::default()), Condvar::new()));
         let host = Arc::clone(&self.host);
         let thread_path = path.to_owned();
@@ -158,7 +186,7 @@ impl BoundedWriter {
         let (lock, ready) = &*slot;
         let guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let (mut guard, _) = ready
-            .wait_timeout_while(guard, self.timeout, |slot| slot.result.is_none())
+            .wait_timeout_while(guard, timeout, |slot| slot.result.is_none())
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         match guard.result.take() {
             Some(result) => result.map_err(|source| EngineError::Sysfs {
@@ -172,7 +200,7 @@ impl BoundedWriter {
                 self.stuck.fetch_add(1, Ordering::SeqCst);
                 Err(EngineError::WriteTimedOut {
                     path: path.to_owned(),
-                    timeout: self.timeout,
+                    timeout,
                 })
             }
         }
@@ -525,6 +553,92 @@ impl Host {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mdev_host::HostCommands;
+    use mdev_sim::SimHost;
+    use std::ffi::OsString;
+    use std::thread::ThreadId;
+
+    /// The simulated host, noting which thread made each write.
+    #[derive(Debug)]
+    struct WriterThreads {
+        sim: SimHost,
+        threads: Mutex<Vec<ThreadId>>,
+    }
+
+    impl HostFs for WriterThreads {
+        fn read(&self, path: &Path) -> std::io::Result<String> {
+            self.sim.read(path)
+        }
+        fn write(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+            lock(&self.threads).push(std::thread::current().id());
+            self.sim.write(path, data)
+        }
+        fn list(&self, dir: &Path) -> std::io::Result<Vec<OsString>> {
+            self.sim.list(dir)
+        }
+        fn read_link(&self, path: &Path) -> std::io::Result<PathBuf> {
+            self.sim.read_link(path)
+        }
+        fn exists(&self, path: &Path) -> bool {
+            self.sim.exists(path)
+        }
+        fn is_dir(&self, path: &Path) -> bool {
+            self.sim.is_dir(path)
+        }
+        fn commands(&self) -> &dyn HostCommands {
+            self.sim.commands()
+        }
+    }
+
+    const UUID: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";
+
+    /// Creates an mdev and then writes to a type that does not exist, through `writer`.
+    fn create_then_fail(writer: &BoundedWriter) -> (Result<(), EngineError>, String) {
+        let created = writer.write(
+            &layout::mdev_type("mtty", "mtty-1").join("create"),
+            UUID.as_bytes(),
+        );
+        let refused = writer
+            .write(
+                &layout::mdev_type("mtty", "no-such-type").join("create"),
+                UUID.as_bytes(),
+            )
+            .expect_err("a write to a missing type's create file fails");
+        (created, refused.to_string())
+    }
+
+    #[test]
+    fn an_inline_writer_writes_on_the_callers_thread_with_the_bounded_writers_results() {
+        let mut outcomes = Vec::new();
+        for inline in [true, false] {
+            let host = Arc::new(WriterThreads {
+                sim: SimHost::builtin("samples").unwrap(),
+                threads: Mutex::new(Vec::new()),
+            });
+            let writer = if inline {
+                BoundedWriter::inline(host.clone())
+            } else {
+                BoundedWriter::new(host.clone(), Duration::from_secs(60))
+            };
+            let (created, refused) = create_then_fail(&writer);
+            created.unwrap();
+            assert_eq!(host.sim.mdev_uuids(), vec![UUID.to_string()]);
+            let threads = lock(&host.threads).clone();
+            assert_eq!(threads.len(), 2);
+            let on_caller = threads.iter().all(|id| *id == std::thread::current().id());
+            assert_eq!(
+                on_caller, inline,
+                "inline {inline}: writes ran on {threads:?}"
+            );
+            assert_eq!(writer.stuck(), 0);
+            outcomes.push(refused);
+        }
+        assert_eq!(
+            outcomes[0], outcomes[1],
+            "the two writers report a failure alike"
+        );
+        assert!(outcomes[0].contains("no-such-type"), "{}", outcomes[0]);
+    }
 
     /// Expiring looks only at notes old enough, keeps an expectation noted again after an
     /// older note of the same device, and leaves nothing behind once every note expired.

@@ -25,6 +25,10 @@ pub struct EngineConfig {
     /// How long a sysfs write that can block in the kernel (mdev `remove`, `sriov_numvfs`,
     /// `unbind`) may take before the call gives up with `TimedOut`.
     pub write_timeout: Duration,
+    /// Perform sysfs writes on the calling thread with no deadline (`write_timeout` is then
+    /// unused). For simulated hosts whose writes cannot block, where handing each write to a
+    /// worker thread only adds two thread wake-ups (the model fuzzer); the daemon never sets it.
+    pub inline_host_writes: bool,
     /// Host path of the NVIDIA scheduler options file the service owns
     /// (`/etc/modprobe.d/mdev-manager-nvidia.conf`; a simulated host keeps it elsewhere).
     pub nvidia_modprobe_path: PathBuf,
@@ -112,6 +116,7 @@ impl Default for EngineConfig {
             readiness_timeout: Duration::from_secs(30),
             poll_interval: Duration::from_millis(100),
             write_timeout: Duration::from_secs(10),
+            inline_host_writes: false,
             nvidia_modprobe_path: PathBuf::from(crate::schedule::NVIDIA_MODPROBE_PATH),
             placement: PlacementRequest::default(),
             nvidia_mixed_mode_parents: Vec::new(),

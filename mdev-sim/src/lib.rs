@@ -308,10 +308,13 @@ impl SimHost {
                 Ok(canonical) => canonical,
                 Err(code) => break Err(errno(code)),
             };
-            let locked = world
-                .attr_at(&canonical)
-                .and_then(|attr| world.lock_target(&attr, data))
-                .is_some_and(|device| world.device_locks.contains(&device));
+            // With no device lock held (the usual case) there is nothing to wait for, and the
+            // attribute's lookup, a second walk of the tree on every read, can be skipped.
+            let locked = !world.device_locks.is_empty()
+                && world
+                    .attr_at(&canonical)
+                    .and_then(|attr| world.lock_target(&attr, data))
+                    .is_some_and(|device| world.device_locks.contains(&device));
             if !locked {
                 break Ok(canonical);
             }

@@ -193,14 +193,26 @@ impl StateFiles for MemFiles {
     }
 }
 
+/// How the engines of a run perform their host writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostWrites {
+    /// On the calling thread, no deadline (`EngineConfig::inline_host_writes`): the simulated
+    /// host never blocks, so a worker thread per write only adds wake-ups (a tenth of the
+    /// context switches without it; docs/reliability.md). What the fuzz target uses.
+    Inline,
+    /// Through the engine's bounded-writer threads with a deadline, as the daemon does.
+    Bounded,
+}
+
 /// Engine settings: short waits (the simulated host answers at once).
-fn config() -> EngineConfig {
+fn config(writes: HostWrites) -> EngineConfig {
     EngineConfig {
         readiness_timeout: Duration::from_millis(20),
         poll_interval: Duration::from_millis(1),
         write_timeout: Duration::from_secs(5),
         // The service's mode: every change an append to the state journal.
         state_journal: true,
+        inline_host_writes: writes == HostWrites::Inline,
         ..EngineConfig::default()
     }
 }
@@ -353,9 +365,14 @@ fn expected_of(info: &InstanceInfo) -> Expected {
     }
 }
 
-/// One fuzz run (see the module documentation). Panics naming the step and the property when
-/// the engine breaks one.
+/// One fuzz run (see the module documentation) with inline host writes. Panics naming the
+/// step and the property when the engine breaks one.
 pub fn run(data: &[u8]) {
+    run_with(data, HostWrites::Inline);
+}
+
+/// One fuzz run whose engines write to the host as `writes` says; the same checks either way.
+pub fn run_with(data: &[u8], writes: HostWrites) {
     // The topology is parsed once per process; each run boots a fresh host from it.
     static TOPOLOGY_PARSED: OnceLock<Option<Topology>> = OnceLock::new();
     let parsed = TOPOLOGY_PARSED.get_or_init(|| {
@@ -375,7 +392,7 @@ pub fn run(data: &[u8]) {
     // files hold no profiles directory: the built-in catalog), and shared by every engine.
     static CATALOG: OnceLock<Result<Arc<Catalog>, String>> = OnceLock::new();
     let catalog = match CATALOG.get_or_init(|| {
-        Engine::load_catalog(files.as_ref(), &config()).map_err(|error| error.to_string())
+        Engine::load_catalog(files.as_ref(), &config(writes)).map_err(|error| error.to_string())
     }) {
         Ok(catalog) => catalog,
         Err(error) => panic!("the profiles do not load: {error}"),
@@ -386,7 +403,7 @@ pub fn run(data: &[u8]) {
             sim: sim.clone(),
             crash: Arc::clone(&crash),
         });
-        let engine = Engine::with_catalog(host, files.clone(), config(), Arc::clone(catalog))
+        let engine = Engine::with_catalog(host, files.clone(), config(writes), Arc::clone(catalog))
             .unwrap_or_else(|error| panic!("the engine does not open on its own state: {error}"));
         if let Err(error) = engine.reconcile() {
             panic!("reconcile failed: {error}");
@@ -394,20 +411,23 @@ pub fn run(data: &[u8]) {
         engine
     };
     let mut engine = open();
+    // The managed instances as the last check saw them: nothing changes between a check and
+    // the next step, so the step is decoded against them instead of listing them again (a
+    // listing is a full host discovery, most of a step's cost).
+    let mut managed = managed_of(&engine);
     let mut model: BTreeMap<String, Expected> = BTreeMap::new();
     let mut input = Input { data };
     let mut steps = Vec::new();
     // `ENGINE_MODEL_TRACE=1`: every step and the instances after it, on stderr.
     let trace = std::env::var_os("ENGINE_MODEL_TRACE").is_some();
     while !input.is_empty() && steps.len() < MAX_STEPS {
-        let managed = managed_of(&engine);
         let step = decode_step(&mut input, &managed);
         let label = format!("step {} {step:?}", steps.len() + 1);
         match &step {
             Step::Restart => {
                 drop(engine);
                 engine = open();
-                check(&engine, &sim, &label, &mut model, None);
+                managed = check(&engine, &sim, &label, &mut model, None);
             }
             Step::Operation {
                 op,
@@ -437,7 +457,7 @@ pub fn run(data: &[u8]) {
                     drop(engine);
                     crash.revive();
                     engine = open();
-                    check(
+                    managed = check(
                         &engine,
                         &sim,
                         &label,
@@ -450,7 +470,7 @@ pub fn run(data: &[u8]) {
                         .lock()
                         .map(|c| c.iter().cloned().collect())
                         .unwrap_or_default();
-                    check(
+                    managed = check(
                         &engine,
                         &sim,
                         &label,
@@ -462,7 +482,7 @@ pub fn run(data: &[u8]) {
         }
         if trace {
             eprintln!("{label}");
-            for info in managed_of(&engine) {
+            for info in &managed {
                 eprintln!(
                     "    {} {:?} {} vf={:?} active={} persistent={} autostart={} claim={:?}",
                     info.uuid,
@@ -508,18 +528,28 @@ fn managed_of(engine: &Engine) -> Vec<InstanceInfo> {
 }
 
 /// The checks after one step. `step`: the operation, its outcome (`None`: cut by a crash) and
-/// the UUIDs it wrote to `create` files.
+/// the UUIDs it wrote to `create` files. Returns the managed instances it checked.
 fn check(
     engine: &Engine,
     sim: &SimHost,
     label: &str,
     model: &mut BTreeMap<String, Expected>,
     step: Option<(&Op, Option<&Outcome>, &BTreeSet<String>)>,
+) -> Vec<InstanceInfo> {
+    let listed = managed_of(engine);
+    check_listed(sim, label, model, step, &listed);
+    listed
+}
+
+fn check_listed(
+    sim: &SimHost,
+    label: &str,
+    model: &mut BTreeMap<String, Expected>,
+    step: Option<(&Op, Option<&Outcome>, &BTreeSet<String>)>,
+    listed: &[InstanceInfo],
 ) {
-    let managed: BTreeMap<String, InstanceInfo> = managed_of(engine)
-        .into_iter()
-        .map(|i| (i.uuid.clone(), i))
-        .collect();
+    let managed: BTreeMap<String, InstanceInfo> =
+        listed.iter().map(|i| (i.uuid.clone(), i.clone())).collect();
     // 1. No orphan.
     for uuid in sim.mdev_uuids() {
         let uuid = uuid.to_lowercase();

@@ -4,7 +4,18 @@
 
 use std::time::Instant;
 
-use reliability::engine_model::run;
+use reliability::engine_model::{run_with, HostWrites};
+
+/// Every program runs with both write modes: inline (the fuzz target's) must keep every
+/// property the daemon's bounded-writer threads keep.
+const MODES: [HostWrites; 2] = [HostWrites::Inline, HostWrites::Bounded];
+
+/// Runs `program` in both write modes.
+fn run(program: &[u8]) {
+    for writes in MODES {
+        run_with(program, writes);
+    }
+}
 
 /// Step bytes: create one mdev of type `type_index` with `flags`, then the "extra" byte that
 /// picks a fault and a crash point.
@@ -65,11 +76,13 @@ fn random_programs_of_operations_faults_and_crashes_keep_every_property() {
         .unwrap_or(60);
     let started = Instant::now();
     for (index, program) in programs(20261202, count).enumerate() {
-        let outcome = std::panic::catch_unwind(|| run(&program));
-        assert!(
-            outcome.is_ok(),
-            "program {index} breaks a property: {program:?}"
-        );
+        for writes in MODES {
+            let outcome = std::panic::catch_unwind(|| run_with(&program, writes));
+            assert!(
+                outcome.is_ok(),
+                "program {index} breaks a property with {writes:?} host writes: {program:?}"
+            );
+        }
     }
     eprintln!("{count} programs in {:?}", started.elapsed());
 }
