@@ -1141,8 +1141,7 @@ pt_crash_mid_bind() {
   fi
   sleep 2
   at_kill="$(pt_group_drivers)"
-  phase="$(python3 -c 'import json,sys; print(" ".join(b["phase"] for b in json.load(open(sys.argv[1])).get("passthrough", {}).values()))' \
-    /var/lib/mdev-manager/state.json 2>&1)"
+  phase="$(python3 "$here/state_view.py" /var/lib/mdev-manager | python3 -c 'import json,sys; print(" ".join(b["phase"] for b in json.load(sys.stdin).get("passthrough", {}).values()))' 2>&1)"
   kill -9 "$pid"
   wait_until 10 eval '! running '"$pid" || { echo "the daemon survived kill -9"; return 1; }
   wait_until 10 eval '! running '"$tracer" || kill -9 "$tracer"
@@ -1194,7 +1193,7 @@ unload_parent() {
 product_second_daemon() {
   local first state_before mdevs_before output status other pending
   first="$(recall daemon_pid)"
-  state_before="$(sha256sum /var/lib/mdev-manager/state.json)" || return 1
+  state_before="$(cat /var/lib/mdev-manager/state.json /var/lib/mdev-manager/state.journal 2>/dev/null | sha256sum)"
   mdevs_before="$(ls /sys/bus/mdev/devices | tr '\n' ' ')"
 
   status=0
@@ -1220,7 +1219,7 @@ product_second_daemon() {
   [ -f "$pending" ] || { echo "the second daemon ran its start-up reconcile before finding the name taken"; return 1; }
   rm -rf "$other"
 
-  [ "$(sha256sum /var/lib/mdev-manager/state.json)" = "$state_before" ] || { echo "state.json changed"; return 1; }
+  [ "$(cat /var/lib/mdev-manager/state.json /var/lib/mdev-manager/state.journal 2>/dev/null | sha256sum)" = "$state_before" ] || { echo "state.json or state.journal changed"; return 1; }
   [ "$(ls /sys/bus/mdev/devices | tr '\n' ' ')" = "$mdevs_before" ] ||
     { echo "mdevs changed from '$mdevs_before' to '$(ls /sys/bus/mdev/devices | tr '\n' ' ')'"; return 1; }
   running "$first" || { echo "the first daemon (pid $first) is gone"; return 1; }

@@ -73,13 +73,14 @@ torture_unmanaged() {
 # Several clients keep creates in flight (each one create then destroy, again and again, so the
 # parents never fill up) and the daemon is killed with SIGKILL. Two kinds of kill point,
 # alternating: odd rounds kill after a random delay over twice the time one create took
-# (spread by timing alone); even rounds kill the moment state.json shows a durable intent (a
+# (spread by timing alone); even rounds kill the moment the durable state (state.json + state.journal) shows an intent (a
 # watcher reading the file, no hook in the product), so the kill lands between an intent and
 # the save that drops it: before the create write, after it, or inside the save. Before each restart the state file the kill left is read: a round "left an intent"
 # when it holds one (or a batch's pending_creates); after the restart reconcile must have
 # finished every one (none left), and every mdev is managed or foreign.
 TORTURE_CLIENTS=4
-TORTURE_STATE=/var/lib/mdev-manager/state.json
+# The state directory: state.json and the journal appended to it (read through state_view.py).
+TORTURE_STATE_DIR=/var/lib/mdev-manager
 
 # torture_client PROFILE: create then destroy, up to 8 times, until the daemon goes.
 torture_client() {
@@ -93,25 +94,26 @@ torture_client() {
 
 # torture_left_intents: the keys of the intents and pending creates in state.json, one a line.
 torture_left_intents() {
-  python3 -c 'import json, sys
-state = json.load(open(sys.argv[1]))
+  python3 "$here/state_view.py" "$TORTURE_STATE_DIR" | python3 -c 'import json, sys
+state = json.load(sys.stdin)
 for key in list(state.get("intents", {})) + list(state.get("pending_creates", [])):
-    print(key)' "$TORTURE_STATE"
+    print(key)'
 }
 
 # torture_kill_at_intent PID LIMIT_MS: SIGKILL PID as soon as state.json holds an intent, or
 # after LIMIT_MS; prints "intent" or "timeout". (With a random 0-20 ms more, the one watched
 # round of a run at load 20 found the save done by the time the kill landed.)
 torture_kill_at_intent() {
-  python3 - "$1" "$2" "$TORTURE_STATE" <<'PY'
-import json, os, signal, sys, time
-pid, limit, path = int(sys.argv[1]), int(sys.argv[2]) / 1000, sys.argv[3]
+  python3 - "$1" "$2" "$TORTURE_STATE_DIR" "$here" <<'PY'
+import os, signal, sys, time
+pid, limit, state_dir = int(sys.argv[1]), int(sys.argv[2]) / 1000, sys.argv[3]
+sys.path.insert(0, sys.argv[4])
+import state_view
 deadline = time.monotonic() + limit
 seen = "timeout"
 while time.monotonic() < deadline:
     try:
-        with open(path) as f:
-            state = json.load(f)
+        state = state_view.load(state_dir)
     except (OSError, ValueError):
         state = {}
     if state.get("intents") or state.get("pending_creates"):
@@ -153,7 +155,7 @@ torture_kill_rounds() {
     for caller in "${callers[@]}"; do
       wait "$caller"
     done
-    keys="$(torture_left_intents)" || { echo "round $round: cannot read $TORTURE_STATE after the kill"; return 1; }
+    keys="$(torture_left_intents)" || { echo "round $round: cannot read the state in $TORTURE_STATE_DIR after the kill"; return 1; }
     local existed=0 absent=0 key
     for key in $keys; do
       if [ -e "/sys/bus/mdev/devices/$key" ]; then existed=$((existed + 1)); else absent=$((absent + 1)); fi
@@ -166,7 +168,7 @@ torture_kill_rounds() {
     torture_start_daemon || { echo "round $round: the daemon did not come back (daemon.log)"; return 1; }
     # Reconcile finished every intent: none is left.
     local after
-    after="$(torture_left_intents)" || { echo "round $round: cannot read $TORTURE_STATE after the restart"; return 1; }
+    after="$(torture_left_intents)" || { echo "round $round: cannot read the state in $TORTURE_STATE_DIR after the restart"; return 1; }
     [ -z "$after" ] || { echo "round $round: reconcile left intents [$(echo $after)]"; return 1; }
     left="$(torture_unmanaged)"
     [ "$left" != ERROR ] || { echo "round $round: vgpuctl list failed after the restart"; return 1; }
